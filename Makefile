@@ -1,0 +1,38 @@
+# Quick start (see README.md):
+#   make demo   build what is missing, then run the supervisor on the CPU engine
+#   make test   build what is missing, then run the whole test suite
+#
+# Every build step is idempotent: a marker written at its end says it is done.
+
+PYTHON ?= python3
+VENV := .venv
+ENGINE_VENV := .engine-venv
+MODELS := .demo-models
+SUP := $(VENV)/bin/supervisor
+
+.PHONY: demo test lint setup clean
+
+setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $@
+
+$(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
+	$(SUP) engine-env --path $(ENGINE_VENV)
+
+$(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json
+	$(SUP) demo-models $(MODELS) --engine-python $(ENGINE_VENV)/bin/python
+
+demo: setup
+	$(SUP) run --policy policies/cpu-demo.yaml
+
+test: setup
+	$(VENV)/bin/pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) .supervisor

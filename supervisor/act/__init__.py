@@ -1,0 +1,1 @@
+"""Act: the launcher (sole owner of the engine process) and the executor of Decisions."""

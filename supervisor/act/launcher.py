@@ -1,0 +1,456 @@
+"""The engine launcher: the only code that starts, signals or kills the engine process.
+
+Everyone else asks it for an ``EngineStatus`` (a snapshot) or calls ``start``, ``stop``
+or ``kill``. States and edges are drawn in ``supervisor.states``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import psutil
+
+from supervisor.act.processes import (
+    group_members,
+    kill_group,
+    remove_stale_shm,
+    shm_snapshot,
+)
+from supervisor.errors import EngineStartError, EngineStopTimeout
+from supervisor.policy import Policy, build_argv
+from supervisor.sense.probes import probe_health
+from supervisor.sense.process_tree import read_process_tree
+from supervisor.states import CrashReason, EngineState
+
+__all__ = ["EngineLauncher", "EngineRun", "EngineStatus"]
+
+logger = logging.getLogger(__name__)
+
+#: How often /health is polled while the engine starts. vLLM binds its HTTP port only
+#: once the engine core is up, so a 200 means the model is loaded.
+READY_POLL_SECONDS = 0.25
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_run_id() -> str:
+    """A sortable, readable id for one engine run: ``20261129T211530-3fa2``."""
+    return _utcnow().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
+
+
+@dataclass
+class EngineRun:
+    """One launch of the engine, from spawn to the moment its group is gone.
+
+    Times: ``*_s`` monotonic seconds, ``*_at`` UTC datetimes.
+    """
+
+    run_id: str
+    rung: int
+    mode: str
+    argv: list[str]
+    log_path: Path
+    tmp_dir: Path
+    started_s: float
+    started_at: datetime
+    pid: int | None = None
+    ready_s: float | None = None
+    ready_at: datetime | None = None
+    exited_s: float | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    planned_stop: bool = False
+    crash_reason: CrashReason | None = None
+    error: str | None = None
+    """Why the spawn failed, when it did."""
+    shm_before: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def pgid(self) -> int | None:
+        """The engine's process group: the API server was started as a session leader."""
+        return self.pid
+
+    @property
+    def startup_seconds(self) -> float | None:
+        """Seconds from spawn to the first /health 200, if it got there."""
+        return None if self.ready_s is None else self.ready_s - self.started_s
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    """A snapshot of the launcher for the sensors (no live handles in it)."""
+
+    state: EngineState
+    since_s: float
+    run_id: str | None = None
+    rung: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    crash_reason: str | None = None
+
+
+class EngineLauncher:
+    """Owns the engine process: spawn, readiness, exit watching, stop, kill, cleanup.
+
+    ``on_change(run, state)`` is called (synchronously, on the event loop) after every
+    state change; the service uses it to record runs and to decide at once on a crash.
+    Not thread-safe: use from one asyncio loop.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        on_change: Callable[[EngineRun, EngineState], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self._on_change = on_change
+        self._clock = clock
+        self._state = EngineState.STOPPED
+        self._since_s = clock()
+        self._run: EngineRun | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._exited = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pidfds: dict[int, int] = {}
+
+    # -- read side -------------------------------------------------------------------
+
+    @property
+    def state(self) -> EngineState:
+        """The current state (see ``supervisor.states``)."""
+        return self._state
+
+    @property
+    def run(self) -> EngineRun | None:
+        """The current or last run, or None before the first start."""
+        return self._run
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the engine's HTTP server."""
+        eng = self.policy.engine
+        return f"http://{eng.host}:{eng.port}"
+
+    def status(self) -> EngineStatus:
+        """Snapshot of state and run for a Sample."""
+        run = self._run
+        if run is None:
+            return EngineStatus(self._state, self._since_s)
+        return EngineStatus(
+            self._state, self._since_s, run.run_id, run.rung, run.pid, run.exit_code,
+            run.exit_signal, None if run.crash_reason is None else str(run.crash_reason),
+        )
+
+    # -- transitions -----------------------------------------------------------------
+
+    def _set(self, state: EngineState, reason: str) -> None:
+        run = self._run
+        old = self._state
+        self._state = state
+        self._since_s = self._clock()
+        rid = run.run_id if run else "-"
+        logger.info("engine run %s: %s -> %s (%s)", rid, old, state, reason)
+        if self._on_change is not None and run is not None:
+            self._on_change(run, state)
+
+    def _spawn_task(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def start(self, *, rung: int) -> EngineRun:
+        """Launch the engine in mode ``policy.modes[rung]``; returns at once.
+
+        1. Refuse if an engine of ours is still running (EngineStartError).
+        2. Make the run's log file and private TMPDIR under the state directory.
+        3. Spawn the argument vector (no shell) in a new session, stdout and stderr to
+           the log file, so the engine survives the supervisor being killed.
+        4. Watch for exit and poll /health until ready or ``start_timeout_seconds``.
+
+        A spawn that fails (no such executable, port in use) does not raise: the run
+        comes back CRASHED with ``crash_reason = spawn_failed`` and ``error`` set, and the
+        decision logic treats it like any other failed start.
+        """
+        if self._state not in (EngineState.STOPPED, EngineState.CRASHED):
+            raise EngineStartError(f"engine already {self._state}", engine_pid=self._pid())
+        if self._state is EngineState.CRASHED:
+            await self.kill(reason="clearing a crashed run before a new start")
+        mode = self.policy.modes[rung]
+        state_dir = self.policy.state_directory
+        run_id = new_run_id()
+        run = EngineRun(
+            run_id=run_id, rung=rung, mode=mode.name, argv=build_argv(self.policy, mode),
+            log_path=state_dir / "logs" / f"engine-{run_id}.log",
+            tmp_dir=state_dir / "tmp" / f"run-{run_id}",
+            started_s=self._clock(), started_at=_utcnow(), shm_before=shm_snapshot(),
+        )
+        self._run = run
+        self._exited = asyncio.Event()
+        try:
+            self._proc = await self._spawn(run)
+        except EngineStartError as exc:
+            run.error = str(exc)
+            run.crash_reason = CrashReason.SPAWN_FAILED
+            run.ended_at = _utcnow()
+            self._exited.set()
+            self._set(EngineState.CRASHED, f"spawn failed: {exc}")
+            return run
+        run.pid = self._proc.pid
+        logger.info("engine run %s: mode %s, pid %d, argv %s", run_id, mode.name, run.pid,
+                    " ".join(run.argv))
+        self._set(EngineState.STARTING, f"spawned pid {run.pid}")
+        self._spawn_task(self._watch_exit(run, self._proc))
+        self._spawn_task(self._watch_ready(run))
+        return run
+
+    async def _spawn(self, run: EngineRun) -> asyncio.subprocess.Process:
+        eng = self.policy.engine
+        owner = _port_owner(eng.host, eng.port)
+        if owner is not None:
+            raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
+        run.log_path.parent.mkdir(parents=True, exist_ok=True)
+        run.tmp_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **eng.environment,
+               "TMPDIR": str(run.tmp_dir)}
+        try:
+            with open(run.log_path, "ab") as log:
+                return await asyncio.create_subprocess_exec(
+                    *run.argv, cwd=self.policy.working_directory, env=env,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            raise EngineStartError(f"cannot execute {run.argv[0]}: {exc.strerror or exc}") from exc
+
+    async def _watch_exit(self, run: EngineRun, proc: asyncio.subprocess.Process) -> None:
+        rc = await proc.wait()
+        run.exited_s = self._clock()
+        run.exit_code, run.exit_signal = (rc, None) if rc >= 0 else (None, -rc)
+        self._exited.set()
+        self._unwatch_children()
+        if self._run is not run or self._state not in (EngineState.STARTING, EngineState.READY):
+            return  # a stop or kill we asked for, or a crash already declared
+        how = f"status {rc}" if rc >= 0 else f"signal {signal.Signals(-rc).name}"
+        was_ready = self._state is EngineState.READY
+        run.crash_reason = CrashReason.EXITED if was_ready else CrashReason.START_FAILED
+        run.ended_at = _utcnow()
+        self._set(EngineState.CRASHED, f"exited with {how} without being asked")
+
+    async def _watch_ready(self, run: EngineRun) -> None:
+        deadline = run.started_s + self.policy.engine.start_timeout_seconds
+        async with httpx.AsyncClient() as client:
+            while self._run is run and self._state is EngineState.STARTING:
+                status, _ = await probe_health(client, self.base_url, timeout_seconds=2.0)
+                if self._run is not run or self._state is not EngineState.STARTING:
+                    return
+                if status == 200:
+                    run.ready_s, run.ready_at = self._clock(), _utcnow()
+                    self._watch_children(run)
+                    self._set(EngineState.READY, f"/health 200 after {run.startup_seconds:.1f} s")
+                    return
+                if self._clock() >= deadline:
+                    run.crash_reason = CrashReason.START_TIMEOUT
+                    run.ended_at = _utcnow()
+                    self._set(EngineState.CRASHED, "no /health 200 within "
+                              f"{self.policy.engine.start_timeout_seconds:g} s")
+                    return
+                await asyncio.sleep(READY_POLL_SECONDS)
+
+    def _watch_children(self, run: EngineRun) -> None:
+        """Get woken the moment any process of the tree dies (pidfd, Linux >= 5.3).
+
+        The API server notices a dead EngineCore only after about 0.6 s and then exits 0;
+        a pidfd per child lets the service decide without waiting for that or a tick.
+        """
+        if run.pid is None or not hasattr(os, "pidfd_open"):
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            children = psutil.Process(run.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for child in children:
+            try:
+                fd = os.pidfd_open(child.pid)
+            except OSError:
+                continue
+            self._pidfds[child.pid] = fd
+            loop.add_reader(fd, self._child_exited, run, child.pid)
+
+    def _child_exited(self, run: EngineRun, pid: int) -> None:
+        fd = self._pidfds.pop(pid, None)
+        if fd is not None:
+            asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
+        if self._run is not run or self._state is not EngineState.READY:
+            return
+        tree = read_process_tree(run.pid) if run.pid else None
+        if tree is not None and tree.api_server_alive and not tree.engine_core_alive:
+            run.crash_reason = CrashReason.ENGINE_CORE_DIED
+            run.ended_at = _utcnow()
+            self._set(EngineState.CRASHED, f"engine child pid {pid} died; no EngineCore left")
+
+    def _unwatch_children(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop = asyncio.get_running_loop()
+            for fd in self._pidfds.values():
+                loop.remove_reader(fd)
+                os.close(fd)
+        self._pidfds.clear()
+
+    def _pid(self) -> int | None:
+        return self._run.pid if self._run else None
+
+    async def stop(self, *, reason: str = "stop requested") -> EngineRun | None:
+        """Stop the engine on purpose and wait until its whole group is gone.
+
+        1. SIGTERM to the API server; vLLM drains for up to ``--shutdown-timeout``.
+        2. Wait up to ``shutdown_timeout_seconds + stop_grace_seconds`` for it to exit.
+        3. SIGKILL to the whole process group (EngineCore and Workers can outlive it).
+        4. Wait up to ``kill_timeout_seconds`` for every process of the group to vanish.
+        5. Remove the run's TMPDIR and the /dev/shm files it left behind.
+
+        Blocks for at most the sum of those timeouts. A crashed engine is killed at once.
+        Raises: EngineStopTimeout when a process of the group survives step 4.
+        """
+        run = self._run
+        if run is None or self._state is EngineState.STOPPED:
+            return run
+        if self._state is EngineState.CRASHED or run.pid is None:
+            return await self.kill(reason=reason)
+        run.planned_stop = True
+        self._set(EngineState.STOPPING, reason)
+        if not self._exited.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(run.pid, signal.SIGTERM)
+            eng = self.policy.engine
+            grace = eng.shutdown_timeout_seconds + eng.stop_grace_seconds
+            try:
+                await asyncio.wait_for(self._exited.wait(), grace)
+            except TimeoutError:
+                logger.warning("engine run %s: still running %g s after SIGTERM; SIGKILL to "
+                               "group %d", run.run_id, grace, run.pgid)
+        await self._reap_group(run)
+        return run
+
+    async def kill(self, *, reason: str) -> EngineRun | None:
+        """SIGKILL the engine's whole process group now, wait for it to vanish, clean up.
+
+        Used for an engine that already crashed (to clear what is left of it) and for
+        emergencies. Blocks for at most ``kill_timeout_seconds``.
+        Raises: EngineStopTimeout when a process of the group survives.
+        """
+        run = self._run
+        if run is None or self._state is EngineState.STOPPED:
+            return run
+        if self._state is not EngineState.CRASHED:
+            run.planned_stop = True
+        self._set(EngineState.STOPPING, reason)
+        await self._reap_group(run)
+        return run
+
+    async def _reap_group(self, run: EngineRun) -> None:
+        self._unwatch_children()
+        timeout = self.policy.engine.kill_timeout_seconds
+        if run.pgid is not None:
+            kill_group(run.pgid)
+            if not self._exited.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), timeout)
+            deadline = self._clock() + timeout
+            survivors = group_members(run.pgid)
+            while survivors and self._clock() < deadline:
+                await asyncio.sleep(0.05)
+                kill_group(run.pgid)
+                survivors = group_members(run.pgid)
+            if survivors:
+                raise EngineStopTimeout(
+                    f"engine run {run.run_id}: pids {survivors} of group {run.pgid} survived "
+                    f"SIGKILL for {timeout:g} s", engine_pid=run.pid, survivors=survivors)
+        run.ended_at = run.ended_at or _utcnow()
+        self._cleanup(run)
+        self._set(EngineState.STOPPED, "process group gone")
+
+    def _cleanup(self, run: EngineRun) -> None:
+        shutil.rmtree(run.tmp_dir, ignore_errors=True)
+        removed = remove_stale_shm(run.shm_before)
+        if removed:
+            logger.info("engine run %s: removed %d leftover /dev/shm files: %s", run.run_id,
+                        len(removed), ", ".join(removed))
+
+    async def clear_leftover(self, pid: int, argv: list[str]) -> list[int]:
+        """Kill what is left of an engine an earlier life of the service launched.
+
+        The group ``pid`` is only touched if one of its live processes still looks like
+        that engine (its command line is ``argv``, or it carries a ``VLLM::`` title), so
+        a recycled pid is never killed. SIGTERM first, then SIGKILL after
+        ``kill_timeout_seconds``. Returns: the pids that were found and killed.
+        Raises: EngineStopTimeout when some survive.
+        """
+        members = group_members(pid)
+        if not members or not any(_looks_like(m, argv) for m in members):
+            return []
+        logger.warning("engine group %d from an earlier run is still alive (pids %s): "
+                       "stopping it", pid, members)
+        kill_group(pid, signal.SIGTERM)
+        deadline = self._clock() + self.policy.engine.kill_timeout_seconds
+        while group_members(pid) and self._clock() < deadline:
+            await asyncio.sleep(0.1)
+        kill_group(pid, signal.SIGKILL)
+        deadline = self._clock() + self.policy.engine.kill_timeout_seconds
+        while (left := group_members(pid)) and self._clock() < deadline:
+            await asyncio.sleep(0.05)
+        if left:
+            raise EngineStopTimeout(f"leftover engine group {pid}: {left} survived SIGKILL",
+                                    engine_pid=pid, survivors=left)
+        return members
+
+    async def close(self) -> None:
+        """Cancel the watcher tasks (the engine itself is left as it is)."""
+        self._unwatch_children()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _looks_like(pid: int, argv: list[str]) -> bool:
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return cmdline == argv or bool(cmdline and cmdline[0].startswith("VLLM::"))
+
+
+def _port_owner(host: str, port: int) -> str | None:
+    """None if nothing listens on host:port; else a description of who does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        if sock.connect_ex((host, port)) != 0:
+            return None
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
+            if listening and conn.laddr.port == port and conn.pid:
+                return f" by pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+    except (psutil.AccessDenied, psutil.NoSuchProcess):
+        return " (owner unknown: not allowed to list sockets)"
+    return ""

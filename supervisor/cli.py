@@ -1,0 +1,179 @@
+"""The ``supervisor`` command.
+
+::
+
+    supervisor run --policy FILE              run the engine under the policy until SIGTERM
+    supervisor policy check FILE              validate a policy and print its ladder
+    supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
+    supervisor demo-models DIR                build the tiny local models (idempotent)
+    supervisor incidents --policy FILE        list recorded incidents
+    supervisor runs --policy FILE             list recorded engine runs
+
+Exit status: 0 success; 1 the service gave up or a setup step failed; 2 bad usage or a
+bad policy file (the message names the file, the field and the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from supervisor import __version__
+from supervisor.errors import PolicyError, SetupError, StoreError
+from supervisor.policy import Policy, build_argv, load_policy_file
+
+__all__ = ["main"]
+
+logger = logging.getLogger("supervisor")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # APScheduler logs every job run at INFO; its warnings (missed runs) stay visible.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="supervisor", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error"])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the engine under a policy until SIGTERM")
+    run.add_argument("--policy", required=True, type=Path)
+
+    pol = sub.add_parser("policy", help="policy file tools")
+    pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
+    check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
+    check.add_argument("file", type=Path)
+
+    env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment")
+    env.add_argument("--path", type=Path, default=Path(".engine-venv"))
+
+    models = sub.add_parser("demo-models", help="build the tiny local demo models")
+    models.add_argument("dir", type=Path, nargs="?", default=Path(".demo-models"))
+    models.add_argument("--engine-python", type=Path, default=Path(".engine-venv/bin/python"))
+    models.add_argument("--steps", type=int, default=300)
+
+    inc = sub.add_parser("incidents", help="list recorded incidents, newest first")
+    inc.add_argument("--policy", required=True, type=Path)
+    inc.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d")
+    inc.add_argument("--kind", help="only this kind, e.g. engine_exited")
+    inc.add_argument("--limit", type=int, default=100)
+    inc.add_argument("--json", action="store_true")
+
+    runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
+    runs.add_argument("--policy", required=True, type=Path)
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+    return p
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text)
+    if m:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=float(m.group(1)) * unit)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise SystemExit(f"--since: {text!r} is neither an ISO time nor an age like 12h") from exc
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _cmd_policy_check(path: Path) -> int:
+    from supervisor.show.tables import ladder_table
+
+    policy = load_policy_file(path)
+    print(f"{path}: valid policy for fleet {policy.fleet!r}, {len(policy.modes)} modes "
+          "(fastest first; * = initial)")
+    argv = build_argv(policy, policy.modes[policy.initial_rung])
+    print(f"engine: {' '.join(argv)}")
+    print(f"  cwd {policy.working_directory}")
+    print(ladder_table(policy))
+    exe = Path(policy.engine_executable)
+    if "/" in policy.engine_executable and not exe.exists():
+        print(f"warning: engine.executable {exe} does not exist on this machine")
+    return EXIT_OK
+
+
+def _open_store(policy: Policy):
+    from supervisor.record.store import Store
+
+    return Store.open(policy.database_url, fleet=policy.fleet)
+
+
+async def _run_service(policy: Policy) -> int:
+    from supervisor.service import Supervisor
+
+    store = await asyncio.to_thread(_open_store, policy)
+    sup = Supervisor(policy, store)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, sup.request_stop, f"{signal.Signals(sig).name} received")
+    logger.info("supervisor %s: fleet %s, %d modes, database %s", __version__, policy.fleet,
+                len(policy.modes), policy.database_url)
+    return await sup.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``supervisor`` command. Returns the exit status."""
+    args = _parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        match args.command:
+            case "run":
+                return asyncio.run(_run_service(load_policy_file(args.policy)))
+            case "policy":
+                return _cmd_policy_check(args.file)
+            case "engine-env":
+                from supervisor.demo.setup import create_engine_env
+
+                create_engine_env(args.path.resolve())
+                return EXIT_OK
+            case "demo-models":
+                from supervisor.demo.setup import build_demo_models
+
+                report = build_demo_models(args.dir.resolve(),
+                                           engine_python=args.engine_python.absolute(),
+                                           steps=args.steps)
+                print(f"demo models in {args.dir}: built in {report.get('total_seconds')} s")
+                return EXIT_OK
+            case "incidents":
+                from supervisor.show.tables import incidents_json, incidents_table
+
+                store = _open_store(load_policy_file(args.policy))
+                rows = store.incidents(since=_since(args.since), kind=args.kind, limit=args.limit)
+                print(incidents_json(rows) if args.json else incidents_table(rows))
+                return EXIT_OK
+            case "runs":
+                from supervisor.show.tables import runs_json, runs_table
+
+                store = _open_store(load_policy_file(args.policy))
+                rows = store.runs(limit=args.limit)
+                print(runs_json(rows) if args.json else runs_table(rows))
+                return EXIT_OK
+    except PolicyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SetupError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_USAGE

@@ -1,0 +1,1 @@
+"""Decide: pure functions from a ``Window`` of Samples to one ``Decision``."""

@@ -1,0 +1,54 @@
+"""``Decision``: what ``decide()`` hands to the executor. Plain data, no behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from supervisor.decide.findings import Finding
+
+__all__ = ["Action", "Decision"]
+
+
+class Action(StrEnum):
+    """The one thing to do this tick."""
+
+    HOLD = "hold"
+    """Nothing to do."""
+    START = "start"
+    """The engine is stopped and a start is due: start it at ``rung``."""
+    RESTART = "restart"
+    """The engine crashed: clear what is left of it, start it again at ``rung`` after
+    ``delay_seconds``."""
+    STEP_DOWN = "step_down"
+    """Stop (or clear) the engine and start it at the safer ``rung``."""
+    GIVE_UP = "give_up"
+    """The safest rung keeps failing: stop trying; the service exits 1 (systemd's start
+    limit, one level up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one ``decide()`` call.
+
+    ``rung`` is the target rung (for HOLD, the current one); ``findings`` are what
+    caused it, worst first; ``explanation`` is one human line an operator can read on
+    the dashboard without opening a log.
+    """
+
+    action: Action
+    rung: int
+    explanation: str
+    findings: tuple[Finding, ...] = ()
+    delay_seconds: float = 0.0
+    run_id: str | None = None
+    """The engine run the decision reacts to, if any."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for traces, the API and incident evidence)."""
+        return {
+            "action": str(self.action), "rung": self.rung, "explanation": self.explanation,
+            "findings": [f.to_dict() for f in self.findings],
+            "delay_seconds": self.delay_seconds, "run_id": self.run_id,
+        }

@@ -1,0 +1,113 @@
+"""The supervisor's exceptions, all in one tree.
+
+::
+
+    SupervisorError
+    ├── PolicyError            a policy file is unreadable or invalid (.path, .field, .value)
+    ├── EngineError            the engine process misbehaved (.engine_pid)
+    │   ├── EngineStartError       it could not be started (executable missing, port taken)
+    │   └── EngineStopTimeout      a process of its group survived SIGKILL
+    ├── ScrapeError            a probe of the engine failed (.url)
+    │   ├── ScrapeTimeout          ... by timing out
+    │   └── MetricsParseError      ... by returning text that is not Prometheus exposition
+    ├── StoreError             the database refused a read or write
+    └── SetupError             building the engine environment or the demo models failed
+
+Foreign exceptions (httpx, SQLAlchemy, OSError from subprocess) are translated once, at
+the boundary of the stage that met them, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "EngineError",
+    "EngineStartError",
+    "EngineStopTimeout",
+    "MetricsParseError",
+    "PolicyError",
+    "ScrapeError",
+    "ScrapeTimeout",
+    "SetupError",
+    "StoreError",
+    "SupervisorError",
+]
+
+
+class SupervisorError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class PolicyError(SupervisorError):
+    """A policy file could not be read or did not validate.
+
+    Attributes: ``path`` (the file, or ``"<string>"``), and for a validation error the
+    dotted ``field`` (e.g. ``restart.start_limit_burst``), the offending ``value`` and
+    the ``reason``. ``str(exc)`` gives all of them on one line per problem.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        problems: list[tuple[str, Any, str]] | None = None,
+        *,
+        message: str | None = None,
+    ) -> None:
+        self.path = path
+        self.problems = problems or []
+        first = self.problems[0] if self.problems else ("", None, message or "")
+        self.field, self.value, self.reason = first
+        if message is None:
+            lines = [f"{path}: {f or '<top>'}: {r} (got {v!r})" for f, v, r in self.problems]
+            message = "\n".join(lines)
+        else:
+            message = f"{path}: {message}"
+        super().__init__(message)
+
+
+class EngineError(SupervisorError):
+    """The engine process misbehaved. ``engine_pid`` is the API server's pid, if known."""
+
+    def __init__(self, message: str, *, engine_pid: int | None = None) -> None:
+        self.engine_pid = engine_pid
+        super().__init__(message)
+
+
+class EngineStartError(EngineError):
+    """The engine could not be launched at all (no executable, port already taken)."""
+
+
+class EngineStopTimeout(EngineError):
+    """Processes of the engine's group were still alive after SIGKILL and the wait.
+
+    ``survivors`` lists their pids.
+    """
+
+    def __init__(self, message: str, *, engine_pid: int | None, survivors: list[int]) -> None:
+        self.survivors = survivors
+        super().__init__(message, engine_pid=engine_pid)
+
+
+class ScrapeError(SupervisorError):
+    """A request to the engine (``/metrics``, ``/health``) failed. ``url`` says which."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        self.url = url
+        super().__init__(message)
+
+
+class ScrapeTimeout(ScrapeError):
+    """The engine did not answer within the probe's timeout."""
+
+
+class MetricsParseError(ScrapeError):
+    """``/metrics`` returned text that prometheus_client could not parse."""
+
+
+class StoreError(SupervisorError):
+    """The database refused an operation (down, locked, full, schema missing)."""
+
+
+class SetupError(SupervisorError):
+    """Building the engine environment or the demo models failed; the message says which step."""

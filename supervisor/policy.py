@@ -1,0 +1,376 @@
+"""The fleet policy: one YAML file per agent fleet, validated by frozen pydantic models.
+
+The YAML keys are the field names below (snake_case, no aliases); unknown keys are an
+error, so a typo fails instead of being ignored. Durations are float seconds named
+``*_seconds``. Relative paths in the file (``engine.working_directory``,
+``storage.state_directory``, a ``sqlite:///`` database path) are relative to the
+directory holding the policy file; ``engine.executable`` and relative paths inside the
+engine's arguments are relative to ``engine.working_directory``.
+
+``load_policy(text)`` is pure (text in, Policy out); ``load_policy_file(path)`` reads the
+file and remembers its directory. Both raise ``PolicyError`` naming the file, the field
+(dotted path, e.g. ``modes[1].args``), the value and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from supervisor.errors import PolicyError
+
+__all__ = [
+    "ArgValue",
+    "EngineSpec",
+    "Mode",
+    "Policy",
+    "Restart",
+    "Sampling",
+    "Storage",
+    "build_argv",
+    "load_policy",
+    "load_policy_file",
+    "needs_restart",
+    "render_args",
+]
+
+#: Flags the supervisor sets itself from ``engine.host``, ``engine.port`` and
+#: ``engine.shutdown_timeout_seconds``; a policy may not set them in arguments.
+RESERVED_FLAGS = ("--host", "--port", "--shutdown-timeout")
+
+#: A mode argument's value: ``true`` emits the bare flag, ``false``/``null`` omits it,
+#: a mapping or list is emitted as compact JSON (``--speculative-config``), anything
+#: else as its string form.
+ArgValue = str | int | float | bool | dict[str, Any] | list[Any] | None
+
+_NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSpec(_Model):
+    """How to launch the engine. Every mode shares these; modes add arguments."""
+
+    executable: Annotated[str, Field(min_length=1)]
+    """Program to run: a path (``.engine-venv/bin/python``, ``/opt/vllm/bin/vllm``) or a
+    name looked up on PATH. Never run through a shell."""
+    args: list[str] = []
+    """Arguments right after the executable, verbatim (``[serve, /models/x]`` or
+    ``[-m, vllm.entrypoints.openai.api_server, --model, DIR]``)."""
+    environment: dict[str, str] = {}
+    """Added to the supervisor's own environment for the engine."""
+    working_directory: str = "."
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    start_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    """From launch to ``/health`` 200; past it the start counts as failed."""
+    shutdown_timeout_seconds: Annotated[int, Field(ge=0)] = 30
+    """Passed as vLLM's ``--shutdown-timeout``: on SIGTERM it drains in-flight requests
+    for up to this long."""
+    stop_grace_seconds: Annotated[float, Field(ge=0)] = 10.0
+    """Extra wait after ``shutdown_timeout_seconds`` before SIGKILL to the whole group."""
+    kill_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """How long every process of the group gets to vanish after SIGKILL."""
+
+    @field_validator("args")
+    @classmethod
+    def _no_reserved_flags(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag in RESERVED_FLAGS:
+                raise ValueError(f"{flag} is set by the supervisor (engine.host, engine.port, "
+                                 "engine.shutdown_timeout_seconds); remove it from the arguments")
+        return args
+
+
+_POSITIVE_INT_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes")
+
+
+def _check_known_flag(flag: str, value: ArgValue) -> None:
+    """Value checks for the flags the ladder is made of (vllm/engine/arg_utils.py)."""
+    if value is None or value is False:
+        return
+    if flag == "--gpu-memory-utilization":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise ValueError(f"--gpu-memory-utilization must be a fraction in (0, 1], "
+                             f"got {value!r}")
+    elif flag in _POSITIVE_INT_FLAGS or flag == "--max-model-len":
+        # --max-model-len also takes vLLM's human-readable forms such as "32k".
+        ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 1) or (
+            flag == "--max-model-len" and isinstance(value, str)
+            and re.fullmatch(r"\d+(\.\d+)?[kKmM]?", value) is not None)
+        if not ok:
+            raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+    elif flag == "--speculative-config":
+        if not isinstance(value, dict):
+            raise ValueError("--speculative-config must be a mapping such as "
+                             "{method: mtp, num_speculative_tokens: 2}")
+        k = value.get("num_speculative_tokens")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"--speculative-config.num_speculative_tokens must be an integer "
+                             f">= 1, got {k!r}")
+        if "method" not in value and "model" not in value:
+            raise ValueError("--speculative-config needs a method (mtp, ngram, eagle, ...) or "
+                             "a draft model path")
+
+
+class Mode(_Model):
+    """One rung of the ladder: a named engine configuration."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    description: str = ""
+    args: dict[str, ArgValue] = {}
+    """vLLM flags spelled as vLLM spells them, e.g. ``--max-num-seqs: 4``,
+    ``--speculative-config: {method: mtp, num_speculative_tokens: 2}``."""
+
+    @field_validator("args")
+    @classmethod
+    def _flags(cls, args: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        for flag in args:
+            if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", flag):
+                raise ValueError(f"{flag!r} is not a long flag like --max-num-seqs")
+            if flag in RESERVED_FLAGS:
+                raise ValueError(f"{flag} is set by the supervisor from the engine section")
+            _check_known_flag(flag, args[flag])
+        return args
+
+    @property
+    def speculative(self) -> bool:
+        """True when this mode turns on speculative decoding (``--speculative-config``)."""
+        return bool(self.args.get("--speculative-config"))
+
+
+class Restart(_Model):
+    """Crash handling, in systemd's words (RestartSec=, StartLimitBurst=, ...).
+
+    A crash (any exit the supervisor did not ask for, a failed start, a dead EngineCore)
+    restarts the engine after a delay that starts at ``restart_delay_seconds`` and doubles
+    per crash of the same rung up to ``restart_delay_max_seconds``. When the same rung
+    has crashed ``start_limit_burst`` times within ``start_limit_interval_seconds`` the
+    engine steps down one rung; on the last rung it gives up and the service exits 1.
+    """
+
+    restart_delay_seconds: Annotated[float, Field(ge=0)] = 0.0
+    restart_delay_max_seconds: Annotated[float, Field(ge=0)] = 60.0
+    start_limit_burst: Annotated[int, Field(ge=1)] = 3
+    start_limit_interval_seconds: Annotated[float, Field(gt=0)] = 600.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Restart:
+        if self.restart_delay_max_seconds < self.restart_delay_seconds:
+            raise ValueError("restart_delay_max_seconds must be >= restart_delay_seconds")
+        return self
+
+
+class Sampling(_Model):
+    """The tick: how often the supervisor samples the engine and decides."""
+
+    tick_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
+    probe_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    """Timeout of one ``/health`` or ``/metrics`` request. A slow probe under load is
+    recorded as slow, never as a dead engine."""
+    window_seconds: Annotated[float, Field(gt=0)] = 600.0
+    """How much history the decision window keeps."""
+
+
+class Storage(_Model):
+    """Where the supervisor keeps its database, engine logs and the engine's temp files."""
+
+    state_directory: str = ".supervisor"
+    database_url: str | None = None
+    """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``."""
+
+
+class Policy(_Model):
+    """A validated fleet policy. Build it with ``load_policy`` or ``load_policy_file``."""
+
+    fleet: Annotated[str, Field(pattern=_NAME)]
+    description: str = ""
+    engine: EngineSpec
+    modes: Annotated[list[Mode], Field(min_length=1)]
+    """The ladder, ordered fastest first, safest last."""
+    initial_mode: str | None = None
+    """Mode to start in; default the first (fastest)."""
+    restart: Restart = Restart()
+    sampling: Sampling = Sampling()
+    storage: Storage = Storage()
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="after")
+    def _ladder(self) -> Policy:
+        names = [m.name for m in self.modes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"modes: names must be unique, repeated: {', '.join(dupes)}")
+        if self.initial_mode is not None and self.initial_mode not in names:
+            raise ValueError(f"initial_mode {self.initial_mode!r} is not one of the modes: "
+                             f"{', '.join(names)}")
+        return self
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory the policy's relative paths are resolved against."""
+        return self._base_dir
+
+    @property
+    def initial_rung(self) -> int:
+        """Index of the mode to start in (0 = fastest)."""
+        if self.initial_mode is None:
+            return 0
+        return [m.name for m in self.modes].index(self.initial_mode)
+
+    def mode_index(self, name: str) -> int:
+        """Rung of the mode called ``name``. Raises KeyError if there is none."""
+        for i, mode in enumerate(self.modes):
+            if mode.name == name:
+                return i
+        raise KeyError(name)
+
+    def resolve(self, path: str) -> Path:
+        """``path`` made absolute against the policy file's directory."""
+        p = Path(path).expanduser()
+        # normpath, not resolve(): a venv's bin/python is a symlink that must stay one.
+        return p if p.is_absolute() else Path(os.path.normpath(self._base_dir / p))
+
+    @property
+    def working_directory(self) -> Path:
+        """The engine's working directory, absolute."""
+        return self.resolve(self.engine.working_directory)
+
+    @property
+    def state_directory(self) -> Path:
+        """Where the database, engine logs and per-run temp directories live, absolute."""
+        return self.resolve(self.storage.state_directory)
+
+    @property
+    def database_url(self) -> str:
+        """The SQLAlchemy URL, with a relative SQLite path made absolute."""
+        url = self.storage.database_url
+        if url is None:
+            return f"sqlite:///{self.state_directory / 'supervisor.db'}"
+        prefix = "sqlite:///"
+        if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix:
+            return prefix + str(self.resolve(url[len(prefix):]))
+        return url
+
+    @property
+    def engine_executable(self) -> str:
+        """``engine.executable``, made absolute against the working directory if it is a path."""
+        exe = self.engine.executable
+        if "/" in exe and not exe.startswith("/"):
+            return os.path.normpath(self.working_directory / exe)
+        return exe
+
+
+def render_args(args: dict[str, ArgValue]) -> list[str]:
+    """A mode's argument mapping as an argument vector (see ``ArgValue`` for the rules)."""
+    argv: list[str] = []
+    for flag, value in args.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, dict | list):
+            argv += [flag, json.dumps(value, separators=(",", ":"))]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def build_argv(policy: Policy, mode: Mode) -> list[str]:
+    """The engine's full argument vector for ``mode``: never a shell string.
+
+    Shape: ``[executable, *engine.args, *mode.args, --host H, --port P,
+    --shutdown-timeout N]``. ``--shutdown-timeout`` is vLLM's (engine/arg_utils.py): on
+    SIGTERM the server drains in-flight requests for up to N seconds.
+    """
+    eng = policy.engine
+    return [
+        policy.engine_executable,
+        *eng.args,
+        *render_args(mode.args),
+        "--host", eng.host,
+        "--port", str(eng.port),
+        "--shutdown-timeout", str(eng.shutdown_timeout_seconds),
+    ]
+
+
+def needs_restart(a: Mode, b: Mode) -> bool:
+    """Whether switching from mode ``a`` to ``b`` needs a new engine process.
+
+    Every engine argument (speculative config, ``--max-model-len``, memory settings) is
+    fixed at launch in vLLM, so any difference in rendered arguments needs a restart.
+    """
+    return render_args(a.args) != render_args(b.args)
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None) -> Policy:
+    """Parse and validate one policy document.
+
+    Args: ``text`` the YAML; ``source`` the name used in error messages; ``base_dir`` the
+    directory relative paths are resolved against (default: the current directory).
+    Returns: a frozen ``Policy``.
+    Raises: ``PolicyError`` for YAML syntax errors (with line and column) and for every
+    validation problem (field as a dotted path, the value, the reason).
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError(source, message=f"not valid YAML: {where}{problem}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _dotted(err["loc"])
+            reason = err["msg"].removeprefix("Value error, ")
+            problems.append((loc, err.get("input"), reason))
+        raise PolicyError(source, problems) from exc
+    policy._base_dir = Path(os.path.abspath(base_dir or Path.cwd()))
+    return policy
+
+
+def load_policy_file(path: str | Path) -> Policy:
+    """Read and validate a policy file; relative paths resolve against its directory.
+
+    Raises: ``PolicyError`` (file unreadable, invalid YAML, invalid policy).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise PolicyError(str(p), message=f"cannot read: {exc.strerror or exc}") from exc
+    return load_policy(text, source=str(p), base_dir=p.parent)
+

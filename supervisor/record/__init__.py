@@ -1,0 +1,1 @@
+"""Record: the incident store (SQLAlchemy 2, Alembic migrations in ``migrations/``)."""

@@ -1,0 +1,110 @@
+"""SQLAlchemy 2 tables of the incident store. Schema changes go through migrations/.
+
+Times are UTC (``UTCDateTime`` gives timezone-aware datetimes back on every backend,
+SQLite included). JSON columns hold evidence and argument vectors.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "EngineRunRow", "IncidentRow", "ModeTransitionRow", "UTCDateTime"]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores it naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: store UTC-aware datetimes only")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base; type map gives every ``datetime`` column UTC semantics."""
+
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON,
+    }
+
+
+class EngineRunRow(Base):
+    """One launch of the engine: its mode and argv, when it started, became ready, ended."""
+
+    __tablename__ = "engine_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(40), unique=True, index=True)
+    fleet: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    mode: Mapped[str] = mapped_column(String(64))
+    rung: Mapped[int]
+    argv: Mapped[list[Any]]
+    pid: Mapped[int | None]
+    port: Mapped[int]
+    log_path: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime]
+    ready_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    startup_seconds: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None]
+    exit_signal: Mapped[int | None]
+    planned_stop: Mapped[bool | None]
+    outcome: Mapped[str | None] = mapped_column(String(32))
+    """stopped | crashed | start_failed | start_timeout | spawn_failed |
+    engine_core_died | orphan_killed; None while it runs."""
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class IncidentRow(Base):
+    """Something went wrong (or nearly): what, when, how bad, the evidence, what was done."""
+
+    __tablename__ = "incidents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(64), index=True)
+    severity: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(index=True)
+    mode: Mapped[str | None] = mapped_column(String(64))
+    rung: Mapped[int | None]
+    run_id: Mapped[str | None] = mapped_column(String(40))
+    action: Mapped[str] = mapped_column(String(32))
+    outcome: Mapped[str | None] = mapped_column(Text)
+    explanation: Mapped[str] = mapped_column(Text)
+    findings: Mapped[list[Any]]
+    log_tail: Mapped[str | None] = mapped_column(Text)
+
+
+class ModeTransitionRow(Base):
+    """The engine moved from one rung to another, and why."""
+
+    __tablename__ = "mode_transitions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(index=True)
+    from_mode: Mapped[str | None] = mapped_column(String(64))
+    to_mode: Mapped[str] = mapped_column(String(64))
+    from_rung: Mapped[int | None]
+    to_rung: Mapped[int]
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(64))
+    """Who moved it: ``guard:<name>``, ``schedule`` or ``operator``."""
+    incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id"))

@@ -1,0 +1,1 @@
+"""Sense: read the engine, its processes and the box into one ``Sample`` per tick."""

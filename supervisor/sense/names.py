@@ -1,0 +1,52 @@
+"""Every name the supervisor reads from vLLM, quoted verbatim in one place.
+
+vLLM renames metrics between versions; each concept maps to a tuple of sample names,
+newest first, and the first one present in a scrape wins. A concept with no present
+name is unknown (None), never 0.
+
+Names are *sample* names as exposed (counters keep ``_total``; prometheus_client's
+parser strips ``_total`` from family names, so matching is on samples). Sources:
+vllm/v1/metrics/loggers.py (vllm 0.32.0, checked against a real scrape in
+tests/fixtures/vllm/0.32.0/), and docs.vllm.ai "Production Metrics" for the renames
+(``vllm:gpu_cache_usage_perc`` -> ``vllm:kv_cache_usage_perc``, deprecated in v0.10/0.11;
+``vllm:num_preemptions`` became a ``_total`` counter).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["HEALTH_PATH", "METRICS", "METRICS_PATH", "PROCESS_TITLES", "Aggregate"]
+
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+
+#: How to combine the series of one name across label sets (one per engine with
+#: data parallelism): add counts and counters, take the worst of a ratio.
+Aggregate = Literal["sum", "max"]
+
+#: Sample field -> (aliases newest first, how to aggregate across engines).
+METRICS: dict[str, tuple[tuple[str, ...], Aggregate]] = {
+    "requests_running": (("vllm:num_requests_running",), "sum"),
+    "requests_waiting": (("vllm:num_requests_waiting",), "sum"),
+    "kv_cache_usage_ratio": (("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), "max"),
+    "prompt_tokens_total": (("vllm:prompt_tokens_total",), "sum"),
+    "generation_tokens_total": (("vllm:generation_tokens_total",), "sum"),
+    "iteration_tokens_count_total": (("vllm:iteration_tokens_total_count",), "sum"),
+    "preemptions_total": (("vllm:num_preemptions_total", "vllm:num_preemptions"), "sum"),
+    "spec_decode_num_drafts_total": (("vllm:spec_decode_num_drafts_total",), "sum"),
+    "spec_decode_num_draft_tokens_total": (("vllm:spec_decode_num_draft_tokens_total",), "sum"),
+    "spec_decode_num_accepted_tokens_total": (
+        ("vllm:spec_decode_num_accepted_tokens_total",),
+        "sum",
+    ),
+}
+
+#: Process-title prefixes vLLM sets with setproctitle (``set_process_title`` in
+#: vllm/utils/system_utils.py, called from v1/engine/core.py and
+#: v1/executor/multiproc_executor.py; prefix ``VLLM_PROCESS_NAME_PREFIX``, default
+#: ``VLLM``). Titles may carry a suffix (``VLLM::EngineCore_DP0``): match the prefix.
+PROCESS_TITLES = {
+    "engine_core": "VLLM::EngineCore",
+    "worker": "VLLM::Worker",
+}

@@ -1,0 +1,240 @@
+"""The service: one ``Supervisor`` wiring sense -> decide -> act -> record.
+
+Every tick (APScheduler, ``sampling.tick_seconds``) and every engine event (exit, a
+child's death, ready) it takes one Sample, appends it to the Window, calls the pure
+``decide()`` and hands a non-HOLD Decision to the Executor. Engine events do not wait
+for the next tick: a crash is decided on within milliseconds of the launcher seeing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+
+import httpx
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from supervisor.act.effects import Executor
+from supervisor.act.launcher import EngineLauncher, EngineRun
+from supervisor.decide.decide import decide
+from supervisor.decide.decision import Action, Decision
+from supervisor.decide.ladder import LadderState, advance
+from supervisor.decide.window import Window
+from supervisor.errors import EngineStopTimeout, MetricsParseError, ScrapeError
+from supervisor.policy import Policy
+from supervisor.record.store import Incident, Store
+from supervisor.record.writer import RecordWriter
+from supervisor.sense.engine_metrics import parse_metrics
+from supervisor.sense.probes import probe_health, scrape_metrics
+from supervisor.sense.process_tree import read_process_tree
+from supervisor.sense.sample import Sample
+from supervisor.states import EngineState
+
+__all__ = ["Supervisor"]
+
+logger = logging.getLogger(__name__)
+
+
+class Supervisor:
+    """Runs one engine under one policy until asked to stop.
+
+    ``await run()`` returns the process exit status: 0 after a clean stop, 1 when the
+    last rung exhausted its start limit (GIVE_UP).
+    """
+
+    def __init__(self, policy: Policy, store: Store) -> None:
+        self.policy = policy
+        self.writer = RecordWriter(store)
+        self.launcher = EngineLauncher(policy, on_change=self._on_engine_change)
+        self.executor = Executor(policy, self.launcher, self.writer,
+                                 poke_at=self._poke_at, give_up=self._give_up)
+        self.window = Window(policy.sampling.window_seconds)
+        self.ladder = LadderState.initial(policy)
+        self.last_decision: Decision | None = None
+        self.exit_code = 0
+        self._stop = asyncio.Event()
+        self._tick_lock = asyncio.Lock()
+        self._action: asyncio.Task[None] | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._last_scheduled_s: float | None = None
+        self._core_seen: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Clear leftovers, start ticking, wait for ``request_stop``, then stop cleanly."""
+        self.writer.start()
+        self._http = httpx.AsyncClient()
+        await self._clear_leftovers()
+        scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+        scheduler.add_job(self._scheduled_tick, "interval",
+                          seconds=self.policy.sampling.tick_seconds, max_instances=1,
+                          coalesce=True, misfire_grace_time=None, id="tick")
+        scheduler.start()
+        self._poke_at(0)
+        try:
+            await self._stop.wait()
+        finally:
+            scheduler.shutdown(wait=False)
+            await self._shutdown()
+        return self.exit_code
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Ask ``run()`` to stop the engine and return (safe from a signal handler)."""
+        if not self._stop.is_set():
+            logger.info("supervisor stopping: %s", reason)
+            self._stop.set()
+
+    async def _shutdown(self) -> None:
+        async with self._tick_lock:
+            if self._action is not None:
+                await asyncio.gather(self._action, return_exceptions=True)
+            try:
+                await self.launcher.stop(reason="supervisor shutting down")
+            except EngineStopTimeout as exc:
+                logger.error("%s", exc)
+                self.exit_code = self.exit_code or 1
+        await self.launcher.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
+        await self.writer.close()
+
+    def _give_up(self) -> None:
+        self.exit_code = 1
+        self.request_stop("the last rung exhausted its start limit")
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _poke_at(self, delay_s: float) -> None:
+        """Decide again after ``delay_s`` seconds (0: as soon as the loop is free)."""
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(0.0, delay_s), lambda: self._spawn(self.tick(reason="event")))
+
+    async def _clear_leftovers(self) -> None:
+        """Stop engines an earlier life of the service left running; close their runs."""
+        store = self.writer.store
+        rows = await asyncio.to_thread(store.unfinished_runs)
+        for row in rows:
+            killed: list[int] = []
+            if row.pid is not None:
+                try:
+                    killed = await self.launcher.clear_leftover(row.pid, list(row.argv))
+                except EngineStopTimeout as exc:
+                    logger.error("%s", exc)
+                    killed = exc.survivors
+            outcome = "orphan_killed" if killed else "lost"
+            now = datetime.now(UTC)
+            self.writer.submit(lambda s, r=row.run_id, o=outcome, t=now: s.update_run(
+                run_id=r, ended_at=t, outcome=o))
+            if killed:
+                self.writer.submit(lambda s, r=row, k=killed, t=now: s.add_incident(
+                    incident=Incident(
+                        kind="orphaned_engine", severity="warning", started_at=t,
+                        action="kill", mode=r.mode, rung=r.rung, run_id=r.run_id,
+                        explanation=f"engine run {r.run_id} (mode {r.mode}) outlived an "
+                        f"earlier life of the supervisor: killed pids {k}",
+                        outcome="process group gone",
+                        findings=[{"pids": k, "pgid": r.pid, "port": r.port}])))
+
+    # -- the tick --------------------------------------------------------------------
+
+    async def _scheduled_tick(self) -> None:
+        await self.tick(reason="schedule")
+
+    async def tick(self, *, reason: str = "schedule") -> Decision | None:
+        """Sample, decide, and hand the decision to the executor. Returns the decision,
+        or None when a previous action is still being carried out (sampling continues)."""
+        if self._stop.is_set():
+            return None
+        async with self._tick_lock:
+            now = time.monotonic()
+            lateness = None
+            if reason == "schedule":
+                if self._last_scheduled_s is not None:
+                    late = now - self._last_scheduled_s - self.policy.sampling.tick_seconds
+                    lateness = max(0.0, late)
+                self._last_scheduled_s = now
+            sample = await self._sample(now, lateness)
+            self.window.append(sample)
+            if self._action is not None and not self._action.done():
+                return None
+            decision = decide(self.window, self.ladder, self.policy, now)
+            self.last_decision = decision
+            if decision.action is Action.HOLD:
+                return decision
+            from_rung = self.ladder.rung
+            self.ladder = advance(self.ladder, decision, self.policy, now)
+            self._action = asyncio.get_running_loop().create_task(
+                self._carry_out(decision, from_rung))
+            return decision
+
+    async def _carry_out(self, decision: Decision, from_rung: int) -> None:
+        try:
+            await self.executor.carry_out(decision, from_rung=from_rung)
+        except Exception:
+            logger.exception("carrying out %s failed", decision.action)
+
+    async def _sample(self, now: float, lateness: float | None) -> Sample:
+        st = self.launcher.status()
+        fields: dict[str, object] = {
+            "t_s": now, "tick_lateness_seconds": lateness, "engine_state": st.state,
+            "engine_state_since_s": st.since_s, "engine_run_id": st.run_id,
+            "engine_rung": st.rung, "engine_pid": st.pid, "engine_exit_code": st.exit_code,
+            "engine_exit_signal": st.exit_signal, "engine_crash_reason": st.crash_reason,
+        }
+        if st.pid is not None and st.state in (EngineState.STARTING, EngineState.READY):
+            tree = read_process_tree(st.pid)
+            if tree.engine_core_alive and st.run_id:
+                self._core_seen.add(st.run_id)
+            # An engine that never had an EngineCore (the in-process engine) has no
+            # EngineCore to lose: unknown, not dead.
+            core_known = st.run_id in self._core_seen
+            fields.update(engine_core_alive=tree.engine_core_alive if core_known else None,
+                          engine_processes=tree.processes, engine_rss_bytes=tree.rss_bytes)
+        if st.state is EngineState.READY and self._http is not None:
+            fields.update(await self._probe(self._http))
+        return Sample(**fields)  # type: ignore[arg-type]
+
+    async def _probe(self, client: httpx.AsyncClient) -> dict[str, object]:
+        base, timeout = self.launcher.base_url, self.policy.sampling.probe_timeout_seconds
+        health, metrics = await asyncio.gather(
+            probe_health(client, base, timeout),
+            scrape_metrics(client, base, timeout), return_exceptions=True)
+        out: dict[str, object] = {}
+        if isinstance(health, tuple):
+            out["health_status"], out["health_latency_seconds"] = health
+        if isinstance(metrics, str):
+            try:
+                out.update(parse_metrics(metrics))
+            except MetricsParseError as exc:
+                out["metrics_error"] = str(exc)
+        elif isinstance(metrics, ScrapeError):
+            out["metrics_error"] = str(metrics)
+        return out
+
+    # -- engine events ---------------------------------------------------------------
+
+    def _on_engine_change(self, run: EngineRun, state: EngineState) -> None:
+        if state is EngineState.READY:
+            logger.info("engine ready: OpenAI API at %s/v1 (mode %s, run %s, %.1f s to ready)",
+                        self.launcher.base_url, run.mode, run.run_id, run.startup_seconds or 0)
+            self.writer.submit(lambda s: s.update_run(
+                run_id=run.run_id, ready_at=run.ready_at, startup_seconds=run.startup_seconds))
+        elif state is EngineState.CRASHED:
+            self._poke_at(0)
+        elif state is EngineState.STOPPED:
+            outcome = str(run.crash_reason) if run.crash_reason else "stopped"
+            if run.error is not None or run.pid is not None:
+                self.writer.submit(lambda s: s.update_run(
+                    run_id=run.run_id, ended_at=run.ended_at, exit_code=run.exit_code,
+                    exit_signal=run.exit_signal, planned_stop=run.planned_stop,
+                    outcome=outcome, error=run.error))

@@ -1,0 +1,1 @@
+"""Show: command-line views of the store (the admin API and dashboard come later)."""

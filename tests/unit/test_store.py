@@ -1,0 +1,113 @@
+"""The incident store on real SQLite and PostgreSQL: migrations up and down, the schema
+they build equals the models, records round-trip with UTC times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from supervisor.errors import StoreError
+from supervisor.record.models import Base
+from supervisor.record.store import Incident, Store, downgrade, make_engine, upgrade
+
+TABLES = {"engine_runs", "incidents", "mode_transitions", "alembic_version"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/sub/dir/s.db"
+    return request.getfixturevalue("pg_url")
+
+
+def test_migrations_upgrade_and_downgrade_cleanly(url: str) -> None:
+    engine = make_engine(url)
+    upgrade(engine)
+    assert set(inspect(engine).get_table_names()) >= TABLES
+    downgrade(engine, "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    upgrade(engine)                       # and back up again
+    assert set(inspect(engine).get_table_names()) >= TABLES
+    engine.dispose()
+
+
+def test_migrated_schema_matches_the_models(url: str) -> None:
+    engine = make_engine(url)
+    upgrade(engine)
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        diff = compare_metadata(ctx, Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/s.db")
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 5000
+    engine.dispose()
+
+
+def test_records_round_trip(url: str) -> None:
+    store = Store.open(url, fleet="f", host="h1")
+    t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    store.add_run(run_id="r1", mode="mtp2", rung=0, argv=["vllm", "serve", "m"], pid=42,
+                  port=8000, log_path="/l/r1.log", started_at=t0)
+    store.update_run(run_id="r1", ready_at=t0 + timedelta(seconds=30), startup_seconds=30.0)
+    assert [r.run_id for r in store.unfinished_runs()] == ["r1"]
+    store.update_run(run_id="r1", ended_at=t0 + timedelta(minutes=5), exit_code=0,
+                     planned_stop=False, outcome="exited")
+    assert store.unfinished_runs() == []
+    incident_id = store.add_incident(incident=Incident(
+        kind="exited", severity="critical", started_at=t0 + timedelta(minutes=5),
+        action="restart", explanation="engine exited", mode="mtp2", rung=0, run_id="r1",
+        findings=[{"guard": "engine_dead", "evidence": {"exit_code": 0}}], log_tail="boom"))
+    store.add_transition(at=t0 + timedelta(minutes=6), from_mode="mtp2", to_mode="mtp1",
+                         from_rung=0, to_rung=1, reason="3 crashes", actor="guard:engine_dead",
+                         incident_id=incident_id)
+    (run,) = store.runs()
+    assert run.argv == ["vllm", "serve", "m"]
+    assert run.ready_at == t0 + timedelta(seconds=30) and run.ready_at.tzinfo is not None
+    (inc,) = store.incidents(kind="exited")
+    assert inc.findings[0]["evidence"] == {"exit_code": 0}
+    assert inc.started_at.utcoffset() == timedelta(0)
+    assert store.incidents(since=t0 + timedelta(hours=1)) == []
+    (tr,) = store.transitions()
+    assert (tr.from_mode, tr.to_mode, tr.incident_id) == ("mtp2", "mtp1", incident_id)
+    store.close()
+
+
+def test_fleets_sharing_a_database_see_their_own_records(url: str) -> None:
+    a = Store.open(url, fleet="a", host="h")
+    b = Store(a.engine, fleet="b", host="h")
+    t = datetime.now(UTC)
+    a.add_incident(incident=Incident(kind="k", severity="info", started_at=t, action="hold",
+                                     explanation="x"))
+    assert len(a.incidents()) == 1 and b.incidents() == []
+    a.close()
+
+
+def test_naive_datetimes_are_refused(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f")
+    with pytest.raises(StoreError, match="naive datetime"):
+        store.add_incident(incident=Incident(kind="k", severity="info", action="hold",
+                                             started_at=datetime(2026, 1, 1), explanation="x"))
+    store.close()
+
+
+def test_update_of_unknown_run_is_an_error(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f")
+    with pytest.raises(StoreError, match="no engine run 'nope'"):
+        store.update_run(run_id="nope", outcome="x")
+    store.close()
+
+
+def test_unreachable_database_is_a_store_error() -> None:
+    with pytest.raises(StoreError):
+        Store.open("postgresql+psycopg://nobody@127.0.0.1:1/none", fleet="f")
