@@ -190,7 +190,7 @@ class Sampling(_Model):
 
 
 class Storage(_Model):
-    """Where the supervisor keeps its database, engine logs and the engine's temp files."""
+    """Where the supervisor keeps its database and the engine logs."""
 
     state_directory: str = ".supervisor"
     database_url: str | None = None
@@ -256,7 +256,7 @@ class Policy(_Model):
 
     @property
     def state_directory(self) -> Path:
-        """Where the database, engine logs and per-run temp directories live, absolute."""
+        """Where the database and the engine logs live, absolute."""
         return self.resolve(self.storage.state_directory)
 
     @property

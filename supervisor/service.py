@@ -127,7 +127,8 @@ class Supervisor:
             killed: list[int] = []
             if row.pid is not None:
                 try:
-                    killed = await self.launcher.clear_leftover(row.pid, list(row.argv))
+                    killed = await self.launcher.clear_leftover(row.run_id, row.pid,
+                                                                list(row.argv))
                 except EngineStopTimeout as exc:
                     logger.error("%s", exc)
                     killed = exc.survivors
@@ -185,6 +186,9 @@ class Supervisor:
 
     async def _sample(self, now: float, lateness: float | None) -> Sample:
         st = self.launcher.status()
+        run = self.launcher.run
+        if run is not None and run.log_tail is not None:
+            run.log_tail.poll()   # keep the in-memory tail current (bounded read)
         fields: dict[str, object] = {
             "t_s": now, "tick_lateness_seconds": lateness, "engine_state": st.state,
             "engine_state_since_s": st.since_s, "engine_run_id": st.run_id,

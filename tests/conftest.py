@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from supervisor.policy import Policy, load_policy
 
@@ -62,7 +63,7 @@ def pg_url() -> Iterator[str]:
     try:
         with admin.begin() as conn:
             conn.execute(text(f"CREATE SCHEMA {schema}"))
-    except Exception as exc:
+    except SQLAlchemyError as exc:
         admin.dispose()
         pytest.fail(f"PostgreSQL at {PG_URL} is not usable: {exc}")
     yield f"{PG_URL}?options=-csearch_path%3D{schema}"

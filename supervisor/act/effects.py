@@ -8,8 +8,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from supervisor.act.launcher import EngineLauncher
-from supervisor.act.processes import tail_lines
+from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.decide.decision import Action, Decision
 from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
@@ -103,7 +102,7 @@ class Executor:
             rung=from_rung,
             run_id=decision.run_id,
             findings=[f.to_dict() for f in decision.findings],
-            log_tail=tail_lines(run.log_path, LOG_TAIL_LINES) if run else None,
+            log_tail=_log_tail(run),
             outcome=_outcome(decision, self.policy),
         )
         transition = None
@@ -127,6 +126,15 @@ def _outcome(decision: Decision, policy: Policy) -> str:
         case Action.GIVE_UP:
             return "gave up: service exits 1"
     return str(decision.action)
+
+
+def _log_tail(run: EngineRun | None) -> str | None:
+    """The last LOG_TAIL_LINES lines the engine wrote, caught up to now."""
+    if run is None or run.log_tail is None:
+        return None
+    run.log_tail.poll()
+    lines = run.log_tail.text().splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
 def _now() -> datetime:

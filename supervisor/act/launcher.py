@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from supervisor.act.logtail import LogTail
 from supervisor.act.processes import (
     group_members,
     kill_group,
@@ -53,6 +55,18 @@ def new_run_id() -> str:
     return _utcnow().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
 
 
+#: Longest TMPDIR we give the engine. vLLM binds ZMQ IPC sockets named by a UUID in it,
+#: and a UNIX socket path may not exceed 107 bytes (sockaddr_un.sun_path); a run under a
+#: deep state directory failed to start with "ipc path ... is longer than 107 characters".
+MAX_TMPDIR_CHARS = 60
+
+
+def run_tmp_dir(run_id: str) -> Path:
+    """The private TMPDIR of run ``run_id``: short enough for vLLM's IPC socket paths."""
+    path = Path(tempfile.gettempdir()) / f"vllm-sup-{run_id}"
+    return path if len(str(path)) <= MAX_TMPDIR_CHARS else Path("/tmp") / f"vllm-sup-{run_id}"
+
+
 @dataclass
 class EngineRun:
     """One launch of the engine, from spawn to the moment its group is gone.
@@ -80,6 +94,8 @@ class EngineRun:
     error: str | None = None
     """Why the spawn failed, when it did."""
     shm_before: set[str] = field(default_factory=set, repr=False)
+    log_tail: LogTail | None = field(default=None, repr=False)
+    """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
 
     @property
     def pgid(self) -> int | None:
@@ -181,7 +197,7 @@ class EngineLauncher:
         """Launch the engine in mode ``policy.modes[rung]``; returns at once.
 
         1. Refuse if an engine of ours is still running (EngineStartError).
-        2. Make the run's log file and private TMPDIR under the state directory.
+        2. Make the run's log file (under the state directory) and a private TMPDIR.
         3. Spawn the argument vector (no shell) in a new session, stdout and stderr to
            the log file, so the engine survives the supervisor being killed.
         4. Watch for exit and poll /health until ready or ``start_timeout_seconds``.
@@ -200,9 +216,10 @@ class EngineLauncher:
         run = EngineRun(
             run_id=run_id, rung=rung, mode=mode.name, argv=build_argv(self.policy, mode),
             log_path=state_dir / "logs" / f"engine-{run_id}.log",
-            tmp_dir=state_dir / "tmp" / f"run-{run_id}",
+            tmp_dir=run_tmp_dir(run_id),
             started_s=self._clock(), started_at=_utcnow(), shm_before=shm_snapshot(),
         )
+        run.log_tail = LogTail(run.log_path)
         self._run = run
         self._exited = asyncio.Event()
         try:
@@ -397,15 +414,17 @@ class EngineLauncher:
             logger.info("engine run %s: removed %d leftover /dev/shm files: %s", run.run_id,
                         len(removed), ", ".join(removed))
 
-    async def clear_leftover(self, pid: int, argv: list[str]) -> list[int]:
+    async def clear_leftover(self, run_id: str, pid: int, argv: list[str]) -> list[int]:
         """Kill what is left of an engine an earlier life of the service launched.
 
         The group ``pid`` is only touched if one of its live processes still looks like
         that engine (its command line is ``argv``, or it carries a ``VLLM::`` title), so
         a recycled pid is never killed. SIGTERM first, then SIGKILL after
-        ``kill_timeout_seconds``. Returns: the pids that were found and killed.
+        ``kill_timeout_seconds``. The run's TMPDIR is removed either way.
+        Returns: the pids that were found and killed.
         Raises: EngineStopTimeout when some survive.
         """
+        shutil.rmtree(run_tmp_dir(run_id), ignore_errors=True)
         members = group_members(pid)
         if not members or not any(_looks_like(m, argv) for m in members):
             return []

@@ -24,7 +24,6 @@ __all__ = [
     "kill_group",
     "remove_stale_shm",
     "shm_snapshot",
-    "tail_lines",
 ]
 
 logger = logging.getLogger(__name__)
@@ -110,16 +109,3 @@ def remove_stale_shm(before: Iterable[str]) -> list[str]:
             logger.warning("cannot remove %s: %s", SHM_DIR / name, exc)
     return removed
 
-
-def tail_lines(path: Path, n: int = 100, max_bytes: int = 64 * 1024) -> str:
-    """The last ``n`` lines of a log file (at most ``max_bytes`` read), or "" if absent."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except FileNotFoundError:
-        return ""
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return "\n".join(lines[-n:])

@@ -19,8 +19,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from supervisor.errors import StoreError
@@ -84,11 +84,9 @@ def make_engine(url: str) -> Engine:
 
 def _safe(url: str) -> str:
     """The URL with any password masked, for messages."""
-    from sqlalchemy.engine import make_url
-
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:
+    except (ArgumentError, ValueError):
         return "<unparsable database URL>"
 
 

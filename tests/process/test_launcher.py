@@ -48,6 +48,8 @@ async def test_start_ready_stop(tmp_path: Path) -> None:
     assert run.argv[-6:] == ["--host", "127.0.0.1", "--port",
                              str(launcher.policy.engine.port), "--shutdown-timeout", "1"]
     assert run.tmp_dir.is_dir()
+    # vLLM's IPC socket paths (TMPDIR + a 36-char UUID) must fit in sun_path (107 bytes).
+    assert len(str(run.tmp_dir)) + 37 <= 107
     # The engine is a session leader: its pid is its process group.
     assert os.getpgid(run.pid) == run.pid
     await launcher.stop()
@@ -183,14 +185,14 @@ async def test_leftover_of_an_earlier_life_is_cleared_only_if_it_is_ours(tmp_pat
     await wait_for(lambda: launcher.state is EngineState.READY)
     # A second launcher (the service restarted) finds the group by its recorded pid.
     fresh, _ = launcher_for(tmp_path)
-    assert await fresh.clear_leftover(run.pid, ["/not/the/same/argv"]) != []
+    assert await fresh.clear_leftover(run.run_id, run.pid, ["/not/the/same/argv"]) != []
     assert group_members(run.pid) == []
     await launcher.close()
     # A group with no engine-looking process is left alone.
     other = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; "
                                                  "time.sleep(30)", start_new_session=True)
     try:
-        assert await fresh.clear_leftover(other.pid, ["/some/engine"]) == []
+        assert await fresh.clear_leftover("x", other.pid, ["/some/engine"]) == []
         assert group_members(other.pid) == [other.pid]
     finally:
         other.kill()

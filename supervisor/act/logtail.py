@@ -1,0 +1,57 @@
+"""``LogTail``: the last lines of the engine's log, kept in memory.
+
+The engine writes straight to its log file (not through a pipe to the supervisor), so it
+survives the supervisor being killed. The tail is read from that file incrementally:
+each ``poll()`` reads only the bytes appended since the last one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+__all__ = ["LogTail"]
+
+
+class LogTail:
+    """A bounded ring buffer of the newest lines of one log file.
+
+    ``max_lines`` lines are kept; one ``poll()`` reads at most ``max_read_bytes`` (older
+    bytes beyond that are skipped, never buffered), so memory stays bounded however fast
+    the engine logs.
+    """
+
+    def __init__(self, path: Path, max_lines: int = 200, max_read_bytes: int = 256 * 1024):
+        self.path = path
+        self.max_read_bytes = max_read_bytes
+        self._lines: deque[str] = deque(maxlen=max_lines)
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[str]:
+        """Read what was appended since the last call; returns the new complete lines."""
+        try:
+            with open(self.path, "rb") as f:
+                size = f.seek(0, 2)
+                if size < self._offset:          # truncated or replaced: start over
+                    self._offset, self._partial = 0, b""
+                start = max(self._offset, size - self.max_read_bytes)
+                if start > self._offset:
+                    self._partial = b""          # skipped bytes: the partial line is lost
+                f.seek(start)
+                data = f.read(size - start)
+        except FileNotFoundError:
+            return []
+        self._offset = start + len(data)
+        chunks = (self._partial + data).split(b"\n")
+        self._partial = chunks.pop()
+        new = [c.decode("utf-8", errors="replace").rstrip("\r") for c in chunks]
+        self._lines.extend(new)
+        return new
+
+    def text(self) -> str:
+        """The kept lines (plus an unterminated last line, if any) as one string."""
+        lines = list(self._lines)
+        if self._partial:
+            lines.append(self._partial.decode("utf-8", errors="replace"))
+        return "\n".join(lines)

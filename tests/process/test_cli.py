@@ -1,0 +1,80 @@
+"""The ``supervisor`` command as an operator types it: exit codes, messages, a real
+``run`` stopped by a real SIGTERM, and the record views."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import FAKE_ENGINE, ROOT, free_port
+
+
+def sup(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60, **kw)
+
+
+def test_policy_check_prints_the_ladder() -> None:
+    out = sup("policy", "check", "policies/cpu-demo.yaml")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "valid policy for fleet 'cpu-demo', 4 modes" in lines[0]
+    assert any(line.split()[:3] == ["0*", "mtp2", "-"] for line in lines)
+    assert any(line.split()[:3] == ["3", "safe", "yes"] for line in lines)
+
+
+def test_bad_policy_exits_2_naming_file_field_and_value(tmp_path: Path) -> None:
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("fleet: f\nengine: {executable: vllm}\nmodes:\n"
+                   "  - {name: a, args: {--gpu-memory-utilization: 1.5}}\n")
+    out = sup("policy", "check", str(bad))
+    assert out.returncode == 2
+    assert f"{bad}: modes[0].args: --gpu-memory-utilization must be a fraction in (0, 1], " \
+           "got 1.5" in out.stderr
+
+
+def test_run_with_a_bad_policy_exits_2_before_anything_starts(tmp_path: Path) -> None:
+    bad = tmp_path / "p.yaml"
+    bad.write_text("fleet: f\n")
+    out = sup("run", "--policy", str(bad))
+    assert out.returncode == 2 and "engine: Field required" in out.stderr
+
+
+def test_version() -> None:
+    out = sup("--version")
+    assert out.returncode == 0 and out.stdout.strip() == "supervisor 0.1.0"
+
+
+def test_run_until_sigterm_then_show_the_records(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({
+        "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
+                                   "port": free_port(), "shutdown_timeout_seconds": 1},
+        "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
+    }))
+    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
+                             str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        runs = sup("runs", "--policy", str(policy), "--json")
+        if runs.returncode == 0 and json.loads(runs.stdout or "[]") and \
+                json.loads(runs.stdout)[0]["ready_at"]:
+            break
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "supervisor stopping: SIGTERM received" in err
+    assert "ready -> stopping (supervisor shutting down)" in err
+    (run,) = json.loads(sup("runs", "--policy", str(policy), "--json").stdout)
+    assert run["outcome"] == "stopped" and run["planned_stop"] is True
+    assert run["argv"][1] == str(FAKE_ENGINE)
+    table = sup("runs", "--policy", str(policy)).stdout.splitlines()
+    assert table[0].split()[:2] == ["run", "mode"] and "stopped" in table[1]
+    assert sup("incidents", "--policy", str(policy), "--json").stdout.strip() == "[]"

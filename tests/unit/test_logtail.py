@@ -1,0 +1,44 @@
+"""LogTail reads only what was appended, keeps a bounded tail, survives truncation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from supervisor.act.logtail import LogTail
+
+
+def test_incremental_reads_and_partial_lines(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    tail = LogTail(log, max_lines=3)
+    assert tail.poll() == [] and tail.text() == ""          # no file yet
+    log.write_bytes(b"one\ntwo\nthr")
+    assert tail.poll() == ["one", "two"]
+    assert tail.text() == "one\ntwo\nthr"                   # unterminated line shown
+    with open(log, "ab") as f:
+        f.write(b"ee\nfour\nfive\n")
+    assert tail.poll() == ["three", "four", "five"]
+    assert tail.text() == "three\nfour\nfive"               # bounded to max_lines
+    assert tail.poll() == []
+
+
+def test_truncated_file_is_read_from_the_start(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"a long first life\n" * 10)
+    tail = LogTail(log)
+    tail.poll()
+    log.write_bytes(b"new\n")
+    assert tail.poll() == ["new"]
+
+
+def test_a_flood_is_skipped_not_buffered(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"x" * 10_000 + b"\nlast line\n")
+    tail = LogTail(log, max_read_bytes=100)
+    assert tail.poll()[-1] == "last line"
+    assert len(tail.text()) < 120
+
+
+def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"bad \xff byte\n")
+    assert LogTail(log).poll() == ["bad \ufffd byte"]
