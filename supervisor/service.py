@@ -201,7 +201,9 @@ class Supervisor:
                 self._core_seen.add(st.run_id)
             # An engine that never had an EngineCore (the in-process engine) has no
             # EngineCore to lose: unknown, not dead.
-            core_known = st.run_id in self._core_seen
+            # With the API server itself gone, the exit watcher reports the crash; a
+            # missing EngineCore then says nothing more.
+            core_known = st.run_id in self._core_seen and tree.api_server_alive
             fields.update(engine_core_alive=tree.engine_core_alive if core_known else None,
                           engine_processes=tree.processes, engine_rss_bytes=tree.rss_bytes)
         if st.state is EngineState.READY and self._http is not None:

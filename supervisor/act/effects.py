@@ -14,6 +14,7 @@ from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
 from supervisor.record.store import Incident, Store
 from supervisor.record.writer import RecordWriter
+from supervisor.states import CrashReason
 
 __all__ = ["Executor"]
 
@@ -60,9 +61,14 @@ class Executor:
         if decision.action is Action.HOLD:
             return
         self._record_incident(decision, from_rung)
+        worst = decision.findings[0] if decision.findings else None
+        crash = None
+        if worst is not None and worst.kind in set(CrashReason):
+            crash = CrashReason(worst.kind)
         try:
-            await self.launcher.kill(reason=f"{decision.action}: {decision.findings[0].kind}"
-                                     if decision.findings else str(decision.action))
+            await self.launcher.kill(
+                reason=f"{decision.action}: {worst.kind}" if worst else str(decision.action),
+                crash=crash)
         except EngineStopTimeout as exc:
             logger.error("%s", exc)
             self._record(Incident(

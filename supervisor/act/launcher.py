@@ -369,17 +369,22 @@ class EngineLauncher:
         await self._reap_group(run)
         return run
 
-    async def kill(self, *, reason: str) -> EngineRun | None:
+    async def kill(self, *, reason: str, crash: CrashReason | None = None) -> EngineRun | None:
         """SIGKILL the engine's whole process group now, wait for it to vanish, clean up.
 
         Used for an engine that already crashed (to clear what is left of it) and for
-        emergencies. Blocks for at most ``kill_timeout_seconds``.
+        emergencies. ``crash`` names the failure when the decision logic saw it before
+        the launcher did (e.g. a dead EngineCore found by the tick while the API server
+        still runs): the run is then recorded as that crash, not as a planned stop.
+        Blocks for at most ``kill_timeout_seconds``.
         Raises: EngineStopTimeout when a process of the group survives.
         """
         run = self._run
         if run is None or self._state is EngineState.STOPPED:
             return run
-        if self._state is not EngineState.CRASHED:
+        if crash is not None and run.crash_reason is None:
+            run.crash_reason = crash
+        elif self._state is not EngineState.CRASHED:
             run.planned_stop = True
         self._set(EngineState.STOPPING, reason)
         await self._reap_group(run)

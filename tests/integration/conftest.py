@@ -130,7 +130,13 @@ class Service:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for run in Store.open(self.db, fleet="cpu-demo").runs(limit=1000):
+        self._log.close()
+        if self._store is not None:
+            self._store.close()
+        store = Store.open(self.db, fleet="cpu-demo")
+        runs = store.runs(limit=1000)
+        store.close()
+        for run in runs:
             if run.pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(run.pid, signal.SIGKILL)

@@ -115,6 +115,18 @@ async def test_engine_core_death_is_seen_before_the_server_exits(tmp_path: Path)
     await launcher.close()
 
 
+async def test_a_crash_seen_first_by_the_guard_is_recorded_as_a_crash(tmp_path: Path) -> None:
+    # The tick can find the EngineCore gone before the launcher's own watch fires; the
+    # executor then kills with the guard's reason, and the run must not read "planned".
+    launcher, _ = launcher_for(tmp_path)
+    run = await launcher.start(rung=0)
+    await wait_for(lambda: launcher.state is EngineState.READY)
+    await launcher.kill(reason="restart: engine_core_died",
+                        crash=CrashReason.ENGINE_CORE_DIED)
+    assert run.crash_reason is CrashReason.ENGINE_CORE_DIED and not run.planned_stop
+    await launcher.close()
+
+
 async def test_bad_argument_fails_the_start(tmp_path: Path) -> None:
     launcher, _ = launcher_for(tmp_path, "--bad-flag")
     run = await launcher.start(rung=0)
