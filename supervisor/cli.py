@@ -6,6 +6,7 @@
     supervisor policy check FILE              validate a policy and print its ladder
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor demo-models DIR                build the tiny local models (idempotent)
+    supervisor sample --policy FILE [--watch] print Samples of the engine and the box as JSON
     supervisor incidents --policy FILE        list recorded incidents
     supervisor runs --policy FILE             list recorded engine runs
 
@@ -76,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     inc.add_argument("--kind", help="only this kind, e.g. engine_exited")
     inc.add_argument("--limit", type=int, default=100)
     inc.add_argument("--json", action="store_true")
+
+    smp = sub.add_parser("sample", help="print one Sample of the engine and the box as JSON")
+    smp.add_argument("--policy", required=True, type=Path)
+    smp.add_argument("--watch", action="store_true", help="one JSON line per interval")
+    smp.add_argument("--interval", type=float, default=None,
+                     help="seconds between samples (default: the policy's tick)")
+    smp.add_argument("--count", type=int, default=None, help="stop after N samples")
 
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
     runs.add_argument("--policy", required=True, type=Path)
@@ -163,6 +171,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows = store.incidents(since=_since(args.since), kind=args.kind, limit=args.limit)
                 print(incidents_json(rows) if args.json else incidents_table(rows))
                 return EXIT_OK
+            case "sample":
+                from supervisor.sense.observe import observe
+
+                policy = load_policy_file(args.policy)
+                interval = args.interval or policy.sampling.tick_seconds
+                try:
+                    return asyncio.run(observe(policy, watch=args.watch, count=args.count,
+                                               interval_seconds=interval))
+                except KeyboardInterrupt:
+                    return EXIT_OK
             case "runs":
                 from supervisor.show.tables import runs_json, runs_table
 

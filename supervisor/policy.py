@@ -187,6 +187,17 @@ class Sampling(_Model):
     recorded as slow, never as a dead engine."""
     window_seconds: Annotated[float, Field(gt=0)] = 600.0
     """How much history the decision window keeps."""
+    canary_after_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Requests running or waiting while the engine-step counter stays flat this long:
+    send one canary request (at most once per this interval)."""
+    canary_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
+    pss_interval_seconds: Annotated[float, Field(ge=0)] = 30.0
+    """How often the engine's PSS is read (a smaps walk of a multi-GB process costs tens
+    of ms of CPU); in between, the last value is reported. 0: every tick."""
+    gpu_index: Annotated[int, Field(ge=0)] = 0
+    """Which NVML device to read (the one the engine runs on)."""
+    kernel_log: bool = True
+    """Follow /dev/kmsg (or ``journalctl -k``) for Xid, NV_ERR_NO_MEMORY and OOM lines."""
 
 
 class Storage(_Model):

@@ -13,7 +13,6 @@ import logging
 import time
 from datetime import UTC, datetime
 
-import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from supervisor.act.effects import Executor
@@ -22,13 +21,14 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.ladder import LadderState, advance
 from supervisor.decide.window import Window
-from supervisor.errors import EngineStopTimeout, MetricsParseError, ScrapeError
+from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
 from supervisor.record.store import Incident, Store
 from supervisor.record.writer import RecordWriter
-from supervisor.sense.engine_metrics import parse_metrics
-from supervisor.sense.probes import probe_health, scrape_metrics
-from supervisor.sense.process_tree import read_process_tree
+from supervisor.sense.collect import Sensors
+from supervisor.sense.gateway_load import GatewayLoadSource
+from supervisor.sense.gpu import GpuSensor
+from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
 
@@ -44,22 +44,25 @@ class Supervisor:
     last rung exhausted its start limit (GIVE_UP).
     """
 
-    def __init__(self, policy: Policy, store: Store) -> None:
+    def __init__(self, policy: Policy, store: Store, *,
+                 gateway: GatewayLoadSource | None = None) -> None:
         self.policy = policy
         self.writer = RecordWriter(store)
         self.launcher = EngineLauncher(policy, on_change=self._on_engine_change)
         self.executor = Executor(policy, self.launcher, self.writer,
                                  poke_at=self._poke_at, give_up=self._give_up)
         self.window = Window(policy.sampling.window_seconds)
+        self.sensors = Sensors(
+            policy, gpu=GpuSensor(index=policy.sampling.gpu_index),
+            kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
+            gateway=gateway)
         self.ladder = LadderState.initial(policy)
         self.last_decision: Decision | None = None
         self.exit_code = 0
         self._stop = asyncio.Event()
         self._tick_lock = asyncio.Lock()
         self._action: asyncio.Task[None] | None = None
-        self._http: httpx.AsyncClient | None = None
         self._last_scheduled_s: float | None = None
-        self._core_seen: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------
@@ -67,7 +70,7 @@ class Supervisor:
     async def run(self) -> int:
         """Clear leftovers, start ticking, wait for ``request_stop``, then stop cleanly."""
         self.writer.start()
-        self._http = httpx.AsyncClient()
+        await self.sensors.start()
         await self._clear_leftovers()
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         scheduler.add_job(self._scheduled_tick, "interval",
@@ -101,8 +104,7 @@ class Supervisor:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._http is not None:
-            await self._http.aclose()
+        await self.sensors.close()
         await self.writer.close()
 
     def _give_up(self) -> None:
@@ -185,47 +187,12 @@ class Supervisor:
             logger.exception("carrying out %s failed", decision.action)
 
     async def _sample(self, now: float, lateness: float | None) -> Sample:
-        st = self.launcher.status()
         run = self.launcher.run
-        if run is not None and run.log_tail is not None:
-            run.log_tail.poll()   # keep the in-memory tail current (bounded read)
-        fields: dict[str, object] = {
-            "t_s": now, "tick_lateness_seconds": lateness, "engine_state": st.state,
-            "engine_state_since_s": st.since_s, "engine_run_id": st.run_id,
-            "engine_rung": st.rung, "engine_pid": st.pid, "engine_exit_code": st.exit_code,
-            "engine_exit_signal": st.exit_signal, "engine_crash_reason": st.crash_reason,
-        }
-        if st.pid is not None and st.state in (EngineState.STARTING, EngineState.READY):
-            tree = read_process_tree(st.pid)
-            if tree.engine_core_alive and st.run_id:
-                self._core_seen.add(st.run_id)
-            # An engine that never had an EngineCore (the in-process engine) has no
-            # EngineCore to lose: unknown, not dead.
-            # With the API server itself gone, the exit watcher reports the crash; a
-            # missing EngineCore then says nothing more.
-            core_known = st.run_id in self._core_seen and tree.api_server_alive
-            fields.update(engine_core_alive=tree.engine_core_alive if core_known else None,
-                          engine_processes=tree.processes, engine_rss_bytes=tree.rss_bytes)
-        if st.state is EngineState.READY and self._http is not None:
-            fields.update(await self._probe(self._http))
-        return Sample(**fields)  # type: ignore[arg-type]
-
-    async def _probe(self, client: httpx.AsyncClient) -> dict[str, object]:
-        base, timeout = self.launcher.base_url, self.policy.sampling.probe_timeout_seconds
-        health, metrics = await asyncio.gather(
-            probe_health(client, base, timeout),
-            scrape_metrics(client, base, timeout), return_exceptions=True)
-        out: dict[str, object] = {}
-        if isinstance(health, tuple):
-            out["health_status"], out["health_latency_seconds"] = health
-        if isinstance(metrics, str):
-            try:
-                out.update(parse_metrics(metrics))
-            except MetricsParseError as exc:
-                out["metrics_error"] = str(exc)
-        elif isinstance(metrics, ScrapeError):
-            out["metrics_error"] = str(metrics)
-        return out
+        # Keep the in-memory log tail current (bounded read) and classify the new lines.
+        lines = run.log_tail.poll() if run is not None and run.log_tail is not None else []
+        return await self.sensors.sample(now_s=now, status=self.launcher.status(),
+                                         window=self.window, log_lines=lines,
+                                         lateness_seconds=lateness)
 
     # -- engine events ---------------------------------------------------------------
 

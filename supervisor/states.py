@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["CrashReason", "EngineState"]
+__all__ = ["CrashReason", "EngineState", "EngineStatus"]
 
 
 class EngineState(StrEnum):
@@ -47,3 +48,20 @@ class CrashReason(StrEnum):
     """The process could not be created (no such executable, port already in use)."""
     ENGINE_CORE_DIED = "engine_core_died"
     """The ``VLLM::EngineCore`` child vanished while the API server lived on."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    """A snapshot of the launcher for the sensors (no live handles in it).
+
+    ``since_s`` is the monotonic time of the last state change.
+    """
+
+    state: EngineState
+    since_s: float
+    run_id: str | None = None
+    rung: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    crash_reason: str | None = None

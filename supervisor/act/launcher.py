@@ -35,9 +35,9 @@ from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
 from supervisor.sense.probes import probe_health
 from supervisor.sense.process_tree import read_process_tree
-from supervisor.states import CrashReason, EngineState
+from supervisor.states import CrashReason, EngineState, EngineStatus
 
-__all__ = ["EngineLauncher", "EngineRun", "EngineStatus"]
+__all__ = ["EngineLauncher", "EngineRun"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,20 +106,6 @@ class EngineRun:
     def startup_seconds(self) -> float | None:
         """Seconds from spawn to the first /health 200, if it got there."""
         return None if self.ready_s is None else self.ready_s - self.started_s
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStatus:
-    """A snapshot of the launcher for the sensors (no live handles in it)."""
-
-    state: EngineState
-    since_s: float
-    run_id: str | None = None
-    rung: int | None = None
-    pid: int | None = None
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    crash_reason: str | None = None
 
 
 class EngineLauncher:

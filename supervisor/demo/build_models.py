@@ -186,9 +186,12 @@ def build_llama(out: Path, tok_dir: Path, ids, *, hidden: int, layers: int, step
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
+    # head_dim 32 for every model: vLLM's CPU attention rejects head_dim 16 at the first
+    # request ("Unsupported CPU attention configuration: head_dim=16"), after start-up.
+    heads = hidden // 32
     config = LlamaConfig(
         hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
+        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), head_dim=32,
         **_common(eos_id, pad_id),
     )
     model = LlamaForCausalLM(config)

@@ -16,10 +16,22 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["HEALTH_PATH", "METRICS", "METRICS_PATH", "PROCESS_TITLES", "Aggregate"]
+__all__ = [
+    "COMPLETIONS_PATH",
+    "HEALTH_PATH",
+    "METRICS",
+    "METRICS_PATH",
+    "MODELS_PATH",
+    "POSITION_LABEL",
+    "PROCESS_TITLES",
+    "SPEC_ACCEPTED_PER_POSITION",
+    "Aggregate",
+]
 
 HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
+MODELS_PATH = "/v1/models"
+COMPLETIONS_PATH = "/v1/completions"
 
 #: How to combine the series of one name across label sets (one per engine with
 #: data parallelism): add counts and counters, take the worst of a ratio.
@@ -41,6 +53,10 @@ METRICS: dict[str, tuple[tuple[str, ...], Aggregate]] = {
         "sum",
     ),
 }
+
+#: Accepted draft tokens per draft position, one series per ``position`` label (0 first).
+SPEC_ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+POSITION_LABEL = "position"
 
 #: Process-title prefixes vLLM sets with setproctitle (``set_process_title`` in
 #: vllm/utils/system_utils.py, called from v1/engine/core.py and

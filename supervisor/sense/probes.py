@@ -12,9 +12,9 @@ import time
 import httpx
 
 from supervisor.errors import ScrapeError, ScrapeTimeout
-from supervisor.sense.names import HEALTH_PATH, METRICS_PATH
+from supervisor.sense.names import COMPLETIONS_PATH, HEALTH_PATH, METRICS_PATH, MODELS_PATH
 
-__all__ = ["probe_health", "scrape_metrics"]
+__all__ = ["CANARY_PROMPT", "canary", "probe_health", "scrape_metrics", "served_model"]
 
 
 async def probe_health(
@@ -48,3 +48,46 @@ async def scrape_metrics(client: httpx.AsyncClient, base_url: str, timeout_secon
     if resp.status_code != 200:
         raise ScrapeError(f"{url} answered {resp.status_code}", url=url)
     return resp.text
+
+
+#: The canary's whole request: one token from a one-word prompt. Cheap enough to send
+#: to a loaded engine; it only goes out when progress already looks stalled.
+CANARY_PROMPT = "ping"
+
+
+async def served_model(
+    client: httpx.AsyncClient, base_url: str, timeout_seconds: float
+) -> str | None:
+    """The first model id of ``GET /v1/models`` (OpenAI shape), or None if unreadable."""
+    try:
+        resp = await client.get(base_url + MODELS_PATH, timeout=timeout_seconds)
+        data = resp.json()["data"]
+        return str(data[0]["id"]) if resp.status_code == 200 and data else None
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+async def canary(
+    client: httpx.AsyncClient, base_url: str, model: str, timeout_seconds: float
+) -> tuple[bool, float, str | None]:
+    """Send one tiny completion (``max_tokens`` 1) and wait up to ``timeout_seconds``.
+
+    Returns: (answered 200 with a choice, seconds taken, error text or None). A hung
+    engine keeps the request and the timeout fires; a busy one answers late but answers.
+    """
+    t0 = time.monotonic()
+    body = {"model": model, "prompt": CANARY_PROMPT, "max_tokens": 1, "temperature": 0}
+    try:
+        resp = await client.post(base_url + COMPLETIONS_PATH, json=body, timeout=timeout_seconds)
+    except httpx.TimeoutException:
+        return False, time.monotonic() - t0, f"no answer within {timeout_seconds:g} s"
+    except httpx.HTTPError as exc:
+        return False, time.monotonic() - t0, f"{exc.__class__.__name__}: {exc}"
+    took = time.monotonic() - t0
+    if resp.status_code != 200:
+        return False, took, f"HTTP {resp.status_code}"
+    try:
+        ok = bool(resp.json()["choices"])
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    return ok, took, None if ok else "answer without choices"

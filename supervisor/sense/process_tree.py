@@ -15,14 +15,20 @@ __all__ = ["ProcessTree", "read_process_tree"]
 class ProcessTree:
     """The API server and everything under it at one instant.
 
-    ``engine_core_alive`` is None when no EngineCore was ever expected (the in-process
-    engine has none) -- the caller decides that; here it is simply whether one exists.
+    Memory in bytes. RSS counts shared pages in every process that maps them; PSS
+    (``/proc/PID/smaps_rollup``) splits them, so summed PSS is the tree's real share.
+    PSS is None when a process's smaps cannot be read (another user's process).
     """
 
     api_server_alive: bool
     engine_core_alive: bool
     processes: int
     rss_bytes: int
+    pss_bytes: int | None = None
+    api_server_rss_bytes: int | None = None
+    engine_core_rss_bytes: int | None = None
+    workers_rss_bytes: int | None = None
+    pids: tuple[int, ...] = ()
 
 
 def _title(proc: psutil.Process) -> str:
@@ -30,12 +36,14 @@ def _title(proc: psutil.Process) -> str:
     return cmdline[0] if cmdline else proc.name()
 
 
-def read_process_tree(pid: int) -> ProcessTree:
+def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
     """Walk the API server ``pid`` and its descendants.
 
     Returns: liveness of the API server (a zombie counts as dead) and of a
-    ``VLLM::EngineCore*`` descendant, the number of live processes and their summed RSS
-    in bytes. Processes that vanish during the walk are skipped.
+    ``VLLM::EngineCore*`` descendant, the number of live processes, summed RSS, and per
+    role (API server, EngineCore, ``VLLM::Worker*``) the RSS; with ``pss=True`` also the
+    summed PSS (costs one smaps_rollup read per process). Processes that vanish during
+    the walk are skipped.
     """
     try:
         root = psutil.Process(pid)
@@ -45,15 +53,31 @@ def read_process_tree(pid: int) -> ProcessTree:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return ProcessTree(False, False, 0, 0)
     core = False
-    count = rss = 0
+    rss = core_rss = workers_rss = 0
+    api_rss: int | None = None
+    pss_total: int | None = 0 if pss else None
+    pids = []
     for proc in procs:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             title = _title(proc)
-            rss += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            mem = proc.memory_info().rss
+            if pss_total is not None:
+                pss_total += proc.memory_full_info().pss
+        except psutil.NoSuchProcess:
             continue
-        count += 1
-        core = core or title.startswith(PROCESS_TITLES["engine_core"])
-    return ProcessTree(True, core, count, rss)
+        except psutil.AccessDenied:
+            pss_total = None
+            continue
+        pids.append(proc.pid)
+        rss += mem
+        if proc is root:
+            api_rss = mem
+        elif title.startswith(PROCESS_TITLES["engine_core"]):
+            core = True
+            core_rss += mem
+        elif title.startswith(PROCESS_TITLES["worker"]):
+            workers_rss += mem
+    return ProcessTree(True, core, len(pids), rss, pss_total, api_rss,
+                       core_rss if core else None, workers_rss or None, tuple(pids))

@@ -66,8 +66,70 @@ class Sample:
     spec_decode_num_drafts_total: float | None = None
     spec_decode_num_draft_tokens_total: float | None = None
     spec_decode_num_accepted_tokens_total: float | None = None
+    spec_decode_accepted_per_position_total: tuple[float, ...] | None = None
+    """Accepted draft tokens by position in the draft (0 first), from
+    ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``."""
     metrics_error: str | None = None
     """Why ``/metrics`` could not be read this tick, if it could not."""
+
+    # Canary: one tiny completion, sent only when progress looks stalled.
+    canary_pending: bool | None = None
+    canary_ok: bool | None = None
+    """Result of the last finished canary of this run (None: none finished yet)."""
+    canary_latency_seconds: float | None = None
+    canary_finished_s: float | None = None
+    """Monotonic seconds when that canary finished."""
+
+    # The box (/proc/meminfo, /proc/pressure/memory, psutil).
+    mem_total_bytes: int | None = None
+    mem_available_bytes: int | None = None
+    mem_free_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+    psi_memory_some_avg10_ratio: float | None = None
+    psi_memory_some_avg60_ratio: float | None = None
+    psi_memory_some_total_seconds: float | None = None
+    psi_memory_full_avg10_ratio: float | None = None
+    psi_memory_full_avg60_ratio: float | None = None
+    psi_memory_full_total_seconds: float | None = None
+    host_cpu_usage_ratio: float | None = None
+    host_load1: float | None = None
+
+    # The engine's processes, by role.
+    engine_pss_bytes: int | None = None
+    api_server_rss_bytes: int | None = None
+    engine_core_rss_bytes: int | None = None
+    engine_workers_rss_bytes: int | None = None
+
+    # The GPU (NVML); all None where there is no GPU telemetry.
+    gpu_name: str | None = None
+    gpu_temperature_c: float | None = None
+    gpu_power_w: float | None = None
+    gpu_sm_clock_mhz: float | None = None
+    gpu_utilization_ratio: float | None = None
+    gpu_memory_used_bytes: int | None = None
+    """None on GB10: NVML reports device memory as Not Supported on unified memory."""
+    gpu_memory_total_bytes: int | None = None
+    gpu_clock_event_reasons: tuple[str, ...] | None = None
+    gpu_engine_memory_used_bytes: int | None = None
+    gpu_xid_events: tuple[int, ...] | None = None
+    """Xid codes NVML reported since the previous sample; None without GPU telemetry."""
+
+    # Logs: what was classified since the previous sample.
+    engine_log_tags: tuple[str, ...] = ()
+    """Signature tags of the engine's new log lines (``supervisor.sense.engine_log``)."""
+    kernel_events: tuple[str, ...] | None = None
+    """Kernel log events since the previous sample: ``xid:<code>``, ``nv_err_no_memory``,
+    ``oom_kill:<pid>`` (``supervisor.sense.kernel_log``); None when the kernel log cannot
+    be read."""
+    kernel_log_source: str | None = None
+    """Where kernel lines come from: kmsg, journalctl, unavailable."""
+
+    # Load the gateway reports (None until a gateway runs).
+    gateway_requests_in_flight: int | None = None
+    gateway_requests_queued: int | None = None
+    gateway_prompt_tokens_in_flight: int | None = None
+    gateway_prompt_tokens_queued: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping of every field (``None`` kept, state as its string)."""
@@ -78,8 +140,8 @@ class Sample:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
-        """Inverse of ``to_dict``. Unknown keys raise ``TypeError``."""
-        values = dict(data)
+        """Inverse of ``to_dict`` (JSON lists become tuples). Unknown keys raise TypeError."""
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         if values.get("engine_state") is not None:
             values["engine_state"] = EngineState(values["engine_state"])
         return cls(**values)

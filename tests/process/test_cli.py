@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -78,3 +79,36 @@ def test_run_until_sigterm_then_show_the_records(tmp_path: Path) -> None:
     table = sup("runs", "--policy", str(policy)).stdout.splitlines()
     assert table[0].split()[:2] == ["run", "mode"] and "stopped" in table[1]
     assert sup("incidents", "--policy", str(policy), "--json").stdout.strip() == "[]"
+
+
+def test_sample_prints_the_engine_and_the_box(tmp_path: Path) -> None:
+    port = free_port()
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({
+        "fleet": "cli", "engine": {"executable": "vllm", "port": port},
+        "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
+    }))
+    engine = subprocess.Popen([sys.executable, str(FAKE_ENGINE), "--port", str(port),
+                               "--metrics", "draft.busy.metrics.txt"],
+                              stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            one = sup("sample", "--policy", str(policy))
+            sample = json.loads(one.stdout)
+            if sample["engine_state"] == "ready" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert one.returncode == 0, one.stderr
+        assert sample["engine_pid"] == engine.pid and sample["health_status"] == 200
+        assert sample["spec_decode_accepted_per_position_total"] == [1115.0, 522.0, 391.0]
+        assert sample["mem_available_bytes"] > 0 and sample["gpu_temperature_c"] is None
+        assert "no GPU telemetry" in one.stderr
+        watch = sup("sample", "--policy", str(policy), "--watch", "--count", "3",
+                    "--interval", "0.1")
+        lines = watch.stdout.splitlines()
+        assert len(lines) == 3 and all(json.loads(x)["engine_state"] == "ready" for x in lines)
+        assert watch.stderr.count("no GPU telemetry") == 1
+    finally:
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.wait()

@@ -29,6 +29,7 @@ def test_real_scrape_exact_values() -> None:
         "spec_decode_num_drafts_total": 63.0,
         "spec_decode_num_draft_tokens_total": 126.0,
         "spec_decode_num_accepted_tokens_total": 0.0,
+        "spec_decode_accepted_per_position_total": (0.0, 0.0),
     }
 
 
@@ -77,4 +78,44 @@ def test_parser_raises_only_its_own_error(text: str) -> None:
         values = parse_metrics(text)
     except MetricsParseError:
         return
-    assert set(values) == set(METRICS)
+    assert set(values) == {*METRICS, "spec_decode_accepted_per_position_total"}
+
+
+V032 = FIXTURE.parent
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("plain.busy", {"requests_running": 0.0, "generation_tokens_total": 2700.0,
+                    "iteration_tokens_count_total": 901.0, "prompt_tokens_total": 150.0,
+                    "spec_decode_num_drafts_total": None,
+                    "spec_decode_accepted_per_position_total": None}),
+    ("ngram.idle", {"generation_tokens_total": 3600.0, "spec_decode_num_drafts_total": 794.0,
+                    "spec_decode_num_draft_tokens_total": 3970.0,
+                    "spec_decode_num_accepted_tokens_total": 1971.0,
+                    "spec_decode_accepted_per_position_total": (601.0, 503.0, 346.0, 276.0,
+                                                                245.0)}),
+    ("draft.busy", {"spec_decode_num_drafts_total": 1573.0,
+                    "spec_decode_num_draft_tokens_total": 4719.0,
+                    "spec_decode_num_accepted_tokens_total": 2028.0,
+                    "spec_decode_accepted_per_position_total": (1115.0, 522.0, 391.0)}),
+    ("mtp2.busy", {"requests_running": 4.0, "requests_waiting": 0.0,
+                   "kv_cache_usage_ratio": 0.0011903671824924356,
+                   "spec_decode_num_drafts_total": 1041.0,
+                   "spec_decode_num_accepted_tokens_total": 3.0,
+                   "spec_decode_accepted_per_position_total": (3.0, 0.0)}),
+])
+def test_each_speculative_mode(name: str, expected: dict) -> None:
+    values = parse_metrics((V032 / f"{name}.metrics.txt").read_text())
+    for key, value in expected.items():
+        assert values[key] == value, key
+
+
+def test_older_vllm_from_its_documented_names() -> None:
+    text = (V032.parent / "0.8.5-documented" / "metrics.txt").read_text()
+    values = parse_metrics(text)
+    assert values["kv_cache_usage_ratio"] == 0.875          # vllm:gpu_cache_usage_perc
+    assert values["preemptions_total"] == 7.0
+    assert values["iteration_tokens_count_total"] == 30111.0
+    assert values["spec_decode_num_accepted_tokens_total"] == 9300.0
+    assert values["spec_decode_num_drafts_total"] is None   # V1-only: unknown, not 0
+    assert values["spec_decode_accepted_per_position_total"] is None

@@ -1,0 +1,69 @@
+"""Rates derived from a Window: throughput, preemptions, heartbeat, speculative decoding.
+
+Definitions (DESIGN.md, "Facts"): acceptance rate = d(accepted) / d(draft tokens); mean
+acceptance length = 1 + d(accepted) / d(drafts); per-position acceptance = d(accepted at
+position i) / d(drafts). Compare acceptance per position, never across different k.
+Pure; every value is None when its counters are unknown or did not move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from supervisor.decide.window import Window
+
+__all__ = ["EngineRates", "engine_rates"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRates:
+    """Rates over the last ``seconds`` of a window (per second unless named a ratio)."""
+
+    seconds: float
+    prompt_tokens_per_second: float | None = None
+    generation_tokens_per_second: float | None = None
+    preemptions_per_second: float | None = None
+    engine_steps_per_second: float | None = None
+    """The heartbeat: engine iterations per second (``vllm:iteration_tokens_total_count``)."""
+    spec_acceptance_ratio: float | None = None
+    spec_mean_acceptance_length: float | None = None
+    spec_acceptance_by_position: tuple[float, ...] | None = None
+    spec_drafts: float | None = None
+    """How many drafts the ratios rest on (a ratio over 3 drafts says little)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
+    """Rates over samples taken in ``[now_s - seconds, now_s]``."""
+    since = now_s - seconds
+
+    def rate(field: str) -> float | None:
+        return window.rate(field, seconds, now_s)
+
+    def inc(field: str) -> float | None:
+        got = window.increase(field, since)
+        return None if got is None else got[0]
+
+    drafts = inc("spec_decode_num_drafts_total")
+    draft_tokens = inc("spec_decode_num_draft_tokens_total")
+    accepted = inc("spec_decode_num_accepted_tokens_total")
+    by_pos = window.increase_by_position("spec_decode_accepted_per_position_total", since)
+    has_drafts = drafts is not None and drafts > 0
+    return EngineRates(
+        seconds=seconds,
+        prompt_tokens_per_second=rate("prompt_tokens_total"),
+        generation_tokens_per_second=rate("generation_tokens_total"),
+        preemptions_per_second=rate("preemptions_total"),
+        engine_steps_per_second=rate("iteration_tokens_count_total"),
+        spec_acceptance_ratio=(accepted / draft_tokens
+                               if accepted is not None and draft_tokens else None),
+        spec_mean_acceptance_length=(1 + accepted / drafts
+                                     if accepted is not None and has_drafts else None),
+        spec_acceptance_by_position=(tuple(a / drafts for a in by_pos)
+                                     if by_pos is not None and has_drafts else None),
+        spec_drafts=drafts,
+    )

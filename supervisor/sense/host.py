@@ -1,0 +1,113 @@
+"""The box: memory from /proc/meminfo, memory pressure from /proc/pressure/memory (PSI),
+CPU load from psutil. Parsing is pure; ``HostReader.read()`` does the I/O.
+
+On GB10's unified memory the GPU's allocations come out of the same pool, NVML reports
+device memory as Not Supported, and cgroup limits do not see GPU allocations: MemAvailable
+and PSI are the memory signals that work there (DESIGN.md, "Facts").
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import psutil
+
+__all__ = ["HOST_FIELDS", "HostReader", "parse_meminfo", "parse_psi"]
+
+logger = logging.getLogger(__name__)
+
+MEMINFO = Path("/proc/meminfo")
+PSI_MEMORY = Path("/proc/pressure/memory")
+
+#: /proc/meminfo key -> Sample field. Values are in kB (KiB) in the file
+#: (Documentation/filesystems/proc.rst, "meminfo"); converted to bytes here.
+MEMINFO_FIELDS = {
+    "MemTotal": "mem_total_bytes",
+    "MemAvailable": "mem_available_bytes",
+    "MemFree": "mem_free_bytes",
+    "SwapTotal": "swap_total_bytes",
+    "SwapFree": "swap_free_bytes",
+}
+
+HOST_FIELDS = (
+    *MEMINFO_FIELDS.values(),
+    "psi_memory_some_avg10_ratio", "psi_memory_some_avg60_ratio",
+    "psi_memory_some_total_seconds",
+    "psi_memory_full_avg10_ratio", "psi_memory_full_avg60_ratio",
+    "psi_memory_full_total_seconds",
+    "host_cpu_usage_ratio", "host_load1",
+)
+
+
+def parse_meminfo(text: str) -> dict[str, int | None]:
+    """The ``MEMINFO_FIELDS`` of a /proc/meminfo text, in bytes; a missing key is None.
+
+    Raises: nothing; a malformed line is skipped.
+    """
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if key in MEMINFO_FIELDS and parts and parts[0].isdigit():
+            unit = parts[1] if len(parts) > 1 else ""
+            found[key] = int(parts[0]) * (1024 if unit == "kB" else 1)
+    return {field: found.get(key) for key, field in MEMINFO_FIELDS.items()}
+
+
+def parse_psi(text: str, resource: str = "memory") -> dict[str, float | None]:
+    """A /proc/pressure/<resource> text as ratios and seconds.
+
+    Format (Documentation/accounting/psi.rst): ``some avg10=0.22 avg60=0.17 avg300=1.11
+    total=58761459`` and a ``full`` line; avgN are percentages of wall time stalled over
+    the last N seconds (returned as 0-1 ratios), total is cumulative microseconds
+    (returned as seconds). A missing line or value is None.
+    """
+    out: dict[str, float | None] = {}
+    for kind in ("some", "full"):
+        values: dict[str, str] = {}
+        for line in text.splitlines():
+            head, *pairs = line.split()
+            if head == kind:
+                values = dict(p.split("=", 1) for p in pairs if "=" in p)
+        prefix = f"psi_{resource}_{kind}"
+        for avg in ("avg10", "avg60"):
+            out[f"{prefix}_{avg}_ratio"] = _number(values.get(avg), 0.01)
+        out[f"{prefix}_total_seconds"] = _number(values.get("total"), 1e-6)
+    return out
+
+
+def _number(text: str | None, scale: float) -> float | None:
+    try:
+        return None if text is None else float(text) * scale
+    except ValueError:
+        return None
+
+
+class HostReader:
+    """Reads the host fields; remembers once that PSI is missing so it says so once."""
+
+    def __init__(self, meminfo: Path = MEMINFO, psi: Path = PSI_MEMORY) -> None:
+        self.meminfo = meminfo
+        self.psi = psi
+        self._psi_missing_logged = False
+        psutil.cpu_percent(interval=None)      # prime: the first call has no interval
+
+    def read(self) -> dict[str, float | int | None]:
+        """All ``HOST_FIELDS``. A source that cannot be read leaves its fields None."""
+        out: dict[str, float | int | None] = dict.fromkeys(HOST_FIELDS)
+        try:
+            out.update(parse_meminfo(self.meminfo.read_text()))
+        except OSError as exc:
+            logger.warning("cannot read %s: %s", self.meminfo, exc)
+        try:
+            out.update(parse_psi(self.psi.read_text()))
+        except OSError as exc:
+            if not self._psi_missing_logged:
+                logger.info("no memory PSI (%s: %s): the pressure guard sees unknown",
+                            self.psi, exc.strerror or exc)
+                self._psi_missing_logged = True
+        out["host_cpu_usage_ratio"] = psutil.cpu_percent(interval=None) / 100.0
+        out["host_load1"] = psutil.getloadavg()[0]
+        return out
+
