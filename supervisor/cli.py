@@ -2,7 +2,9 @@
 
 ::
 
-    supervisor run --policy FILE              run the engine under the policy until SIGTERM
+    supervisor run --policy FILE [--record T] run the engine under the policy until SIGTERM
+    supervisor calibrate --policy FILE        measure each mode under a standard agent load
+    supervisor replay TRACE --policy FILE     the decisions of a recorded trace, replayed
     supervisor policy check FILE              validate a policy and print its ladder
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor demo-models DIR                build the tiny local models (idempotent)
@@ -57,6 +59,20 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the engine under a policy until SIGTERM")
     run.add_argument("--policy", required=True, type=Path)
+    run.add_argument("--record", type=Path, metavar="TRACE",
+                     help="append every sample and decision to this trace (JSON Lines)")
+
+    cal = sub.add_parser("calibrate", help="measure each mode under a standard agent load")
+    cal.add_argument("--policy", required=True, type=Path)
+    cal.add_argument("--modes", help="comma-separated mode names (default: all)")
+    cal.add_argument("--concurrency", default="1,4", help="comma-separated (default 1,4)")
+    cal.add_argument("--seconds", type=float, default=20.0, help="load per concurrency")
+
+    rep = sub.add_parser("replay", help="run the decisions over a recorded trace")
+    rep.add_argument("trace", type=Path)
+    rep.add_argument("--policy", required=True, type=Path)
+    rep.add_argument("--json", action="store_true", help="one JSON object per decision")
+    rep.add_argument("--all", action="store_true", help="also list the holds")
 
     pol = sub.add_parser("policy", help="policy file tools")
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
@@ -128,11 +144,11 @@ def _open_store(policy: Policy):
     return Store.open(policy.database_url, fleet=policy.fleet)
 
 
-async def _run_service(policy: Policy) -> int:
+async def _run_service(policy: Policy, trace: Path | None = None) -> int:
     from supervisor.service import Supervisor
 
     store = await asyncio.to_thread(_open_store, policy)
-    sup = Supervisor(policy, store)
+    sup = Supervisor(policy, store, trace_path=trace)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sup.request_stop, f"{signal.Signals(sig).name} received")
@@ -148,7 +164,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         match args.command:
             case "run":
-                return asyncio.run(_run_service(load_policy_file(args.policy)))
+                return asyncio.run(_run_service(load_policy_file(args.policy), args.record))
+            case "calibrate":
+                from supervisor.calibrate import calibrate
+
+                policy = load_policy_file(args.policy)
+                store = _open_store(policy)
+                modes = args.modes.split(",") if args.modes else None
+                conc = tuple(int(c) for c in args.concurrency.split(","))
+                try:
+                    asyncio.run(calibrate(policy, store, modes=modes, concurrency=conc,
+                                          seconds=args.seconds))
+                except KeyError as exc:
+                    print(f"error: no mode {exc} in {args.policy}", file=sys.stderr)
+                    return EXIT_USAGE
+                finally:
+                    store.close()
+                return EXIT_OK
+            case "replay":
+                from supervisor.show.timeline import replay_command
+
+                return replay_command(args.trace, load_policy_file(args.policy),
+                                      as_json=args.json, show_all=args.all)
             case "policy":
                 return _cmd_policy_check(args.file)
             case "engine-env":

@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from supervisor.errors import PolicyError
+from supervisor.policy_guards import GatewayLimits, Guards, Hysteresis
 
 __all__ = [
     "ArgValue",
@@ -138,6 +139,8 @@ class Mode(_Model):
     args: dict[str, ArgValue] = {}
     """vLLM flags spelled as vLLM spells them, e.g. ``--max-num-seqs: 4``,
     ``--speculative-config: {method: mtp, num_speculative_tokens: 2}``."""
+    gateway: GatewayLimits = GatewayLimits()
+    """Admission limits in this mode; changing only these needs no restart."""
 
     @field_validator("args")
     @classmethod
@@ -219,6 +222,8 @@ class Policy(_Model):
     initial_mode: str | None = None
     """Mode to start in; default the first (fastest)."""
     restart: Restart = Restart()
+    guards: Guards = Guards()
+    hysteresis: Hysteresis = Hysteresis()
     sampling: Sampling = Sampling()
     storage: Storage = Storage()
 
@@ -239,6 +244,13 @@ class Policy(_Model):
     def base_dir(self) -> Path:
         """Directory the policy's relative paths are resolved against."""
         return self._base_dir
+
+    def first_plain_rung_below(self, rung: int) -> int | None:
+        """The first rung after ``rung`` without speculative decoding, or None."""
+        for i in range(rung + 1, len(self.modes)):
+            if not self.modes[i].speculative:
+                return i
+        return None
 
     @property
     def initial_rung(self) -> int:

@@ -12,18 +12,22 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from supervisor.act.effects import Executor
+from supervisor.act.effects import Executor, GatewayControl
 from supervisor.act.launcher import EngineLauncher, EngineRun
+from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action, Decision
-from supervisor.decide.ladder import LadderState, advance
+from supervisor.decide.decision import Decision
+from supervisor.decide.ladder import LadderState, advance, pause, pin, resume, unpin
 from supervisor.decide.window import Window
 from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
+from supervisor.record.baselines import load_baselines
 from supervisor.record.store import Incident, Store
+from supervisor.record.trace import TraceWriter
 from supervisor.record.writer import RecordWriter
 from supervisor.sense.collect import Sensors
 from supervisor.sense.gateway_load import GatewayLoadSource
@@ -45,18 +49,24 @@ class Supervisor:
     """
 
     def __init__(self, policy: Policy, store: Store, *,
-                 gateway: GatewayLoadSource | None = None) -> None:
+                 gateway: GatewayLoadSource | None = None,
+                 gateway_control: GatewayControl | None = None,
+                 trace_path: Path | None = None) -> None:
         self.policy = policy
         self.writer = RecordWriter(store)
         self.launcher = EngineLauncher(policy, on_change=self._on_engine_change)
-        self.executor = Executor(policy, self.launcher, self.writer,
-                                 poke_at=self._poke_at, give_up=self._give_up)
-        self.window = Window(policy.sampling.window_seconds)
         self.sensors = Sensors(
             policy, gpu=GpuSensor(index=policy.sampling.gpu_index),
             kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
             gateway=gateway)
-        self.ladder = LadderState.initial(policy)
+        self.executor = Executor(policy, self.launcher, self.writer,
+                                 poke_at=self._poke_at, give_up=self._give_up,
+                                 kernel_lines=lambda: list(self.sensors.recent_kernel_lines),
+                                 gateway=gateway_control)
+        self.window = Window(policy.sampling.window_seconds)
+        self.ladder = LadderState.initial(policy, time.monotonic())
+        self.baselines: Baselines = {}
+        self.trace = TraceWriter(trace_path) if trace_path is not None else None
         self.last_decision: Decision | None = None
         self.exit_code = 0
         self._stop = asyncio.Event()
@@ -71,6 +81,14 @@ class Supervisor:
         """Clear leftovers, start ticking, wait for ``request_stop``, then stop cleanly."""
         self.writer.start()
         await self.sensors.start()
+        self.baselines = await asyncio.to_thread(load_baselines, self.writer.store, self.policy)
+        if self.baselines:
+            logger.info("calibrated baselines: %s", ", ".join(
+                f"{m} {[f'{c:g}: {t:.0f} tok/s' for c, t in v]}"
+                for m, v in self.baselines.items()))
+        if self.trace is not None:
+            self.trace.header(fleet=self.policy.fleet, t0_s=self.ladder.since_s,
+                              baselines=self.baselines)
         await self._clear_leftovers()
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         scheduler.add_job(self._scheduled_tick, "interval",
@@ -106,6 +124,8 @@ class Supervisor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.sensors.close()
         await self.writer.close()
+        if self.trace is not None:
+            self.trace.close()
 
     def _give_up(self) -> None:
         self.exit_code = 1
@@ -168,12 +188,16 @@ class Supervisor:
                 self._last_scheduled_s = now
             sample = await self._sample(now, lateness)
             self.window.append(sample)
+            if self.trace is not None:
+                self.trace.sample(sample)
             if self._action is not None and not self._action.done():
+                if self.trace is not None:
+                    self.trace.skip(now)
                 return None
-            decision = decide(self.window, self.ladder, self.policy, now)
+            decision = decide(self.window, self.ladder, self.policy, now, self.baselines)
+            if self.trace is not None:
+                self.trace.decision(now, decision)
             self.last_decision = decision
-            if decision.action is Action.HOLD:
-                return decision
             from_rung = self.ladder.rung
             self.ladder = advance(self.ladder, decision, self.policy, now)
             self._action = asyncio.get_running_loop().create_task(
@@ -194,10 +218,39 @@ class Supervisor:
                                          window=self.window, log_lines=lines,
                                          lateness_seconds=lateness)
 
+    # -- operator levers -------------------------------------------------------------
+
+    def operate(self, action: str, mode: str | None = None) -> LadderState:
+        """Pull an operator lever: ``pin`` (to ``mode``), ``unpin``, ``pause``, ``resume``.
+
+        Returns the new ladder state; the change is recorded in the trace and decided on
+        at once. Raises KeyError for an unknown mode, ValueError for an unknown action.
+        """
+        now = time.monotonic()
+        rung = None
+        match action:
+            case "pin":
+                rung = self.policy.mode_index(mode or "")
+                self.ladder = pin(self.ladder, rung)
+            case "unpin":
+                self.ladder = unpin(self.ladder)
+            case "pause":
+                self.ladder = pause(self.ladder)
+            case "resume":
+                self.ladder = resume(self.ladder)
+            case _:
+                raise ValueError(f"unknown operator action {action!r}")
+        logger.info("operator: %s%s", action, f" {mode}" if mode else "")
+        if self.trace is not None:
+            self.trace.operator(now, action, rung)
+        self._poke_at(0)
+        return self.ladder
+
     # -- engine events ---------------------------------------------------------------
 
     def _on_engine_change(self, run: EngineRun, state: EngineState) -> None:
         if state is EngineState.READY:
+            self.executor.engine_ready(run.rung)
             logger.info("engine ready: OpenAI API at %s/v1 (mode %s, run %s, %.1f s to ready)",
                         self.launcher.base_url, run.mode, run.run_id, run.startup_seconds or 0)
             self.writer.submit(lambda s: s.update_run(
@@ -205,7 +258,7 @@ class Supervisor:
         elif state is EngineState.CRASHED:
             self._poke_at(0)
         elif state is EngineState.STOPPED:
-            outcome = str(run.crash_reason) if run.crash_reason else "stopped"
+            outcome = str(run.crash_reason or run.kill_reason or "stopped")
             if run.error is not None or run.pid is not None:
                 self.writer.submit(lambda s: s.update_run(
                     run_id=run.run_id, ended_at=run.ended_at, exit_code=run.exit_code,

@@ -48,6 +48,8 @@ class CrashReason(StrEnum):
     """The process could not be created (no such executable, port already in use)."""
     ENGINE_CORE_DIED = "engine_core_died"
     """The ``VLLM::EngineCore`` child vanished while the API server lived on."""
+    ENGINE_HUNG = "engine_hung"
+    """Requests waited on a flat heartbeat and a failed canary: killed as hung."""
 
 
 @dataclass(frozen=True, slots=True)

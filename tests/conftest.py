@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from supervisor.policy import Policy, load_policy
+
+# These machines are shared and the CPU engine starves other processes for seconds:
+# a per-example deadline would fail on the box's load, not on the code.
+settings.register_profile("supervisor", deadline=None)
+settings.load_profile("supervisor")
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = ROOT / "tests" / "helpers" / "fake_engine.py"

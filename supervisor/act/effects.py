@@ -7,16 +7,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Protocol
 
 from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.decide.decision import Action, Decision
+from supervisor.decide.findings import Finding, Severity
 from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
 from supervisor.record.store import Incident, Store
 from supervisor.record.writer import RecordWriter
-from supervisor.states import CrashReason
+from supervisor.states import CrashReason, EngineState
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "GatewayControl"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,11 +26,26 @@ logger = logging.getLogger(__name__)
 LOG_TAIL_LINES = 80
 
 
+class GatewayControl(Protocol):
+    """What the executor asks of the gateway around a switch (the gateway implements it)."""
+
+    async def hold(self, reason: str) -> None:
+        """Stop admitting new requests to the engine (they queue) and let in-flight
+        ones finish, waiting at most the drain timeout."""
+
+    def release(self, rung: int) -> None:
+        """The engine is serving in ``rung``: admit again, with that mode's limits."""
+
+    def set_shed(self, shed: bool) -> None:
+        """Multiply the current limits by the policy's shed factor (True) or restore them."""
+
+
 class Executor:
     """Performs Decisions with the launcher and records what happened.
 
     ``poke_at(delay_s)`` asks the service for a decision after ``delay_s`` seconds (the
-    restart backoff); ``give_up()`` asks it to stop with exit status 1.
+    restart backoff); ``give_up()`` asks it to stop with exit status 1;
+    ``kernel_lines()`` gives the recent classified kernel lines kept for incidents.
     """
 
     def __init__(
@@ -39,47 +56,75 @@ class Executor:
         *,
         poke_at: Callable[[float], None],
         give_up: Callable[[], None],
+        kernel_lines: Callable[[], list[str]] | None = None,
+        gateway: GatewayControl | None = None,
     ) -> None:
         self.policy = policy
         self.launcher = launcher
         self.writer = writer
+        self.gateway = gateway
         self._poke_at = poke_at
         self._give_up = give_up
+        self._kernel_lines = kernel_lines or list
+        self._noted: set[tuple[str | None, str]] = set()
 
     async def carry_out(self, decision: Decision, *, from_rung: int) -> None:
         """Do what ``decision`` says. Blocks for as long as stopping the engine takes.
 
-        START launches the rung's mode. RESTART, STEP_DOWN and GIVE_UP first record the
-        incident (with the engine's log tail), then clear the old engine's process group,
-        then (STEP_DOWN) record the transition; the next start comes from the next
-        decision, at once or after the backoff.
+        START launches the rung's mode. RESTART, STEP_DOWN, KILL_NOW, STEP_UP and GIVE_UP
+        record the incident (with the engine's log tail) and the transition, then clear
+        the old engine: SIGKILL to its group for a crash or an emergency, a drain for a
+        graceful step. The next start comes from the next decision, at once or after the
+        backoff. SHED moves the gateway's limits. HOLD records findings the first time
+        they appear in a run.
         """
-        logger.info("action %s: %s", decision.action, decision.explanation)
-        if decision.action is Action.START:
+        action = decision.action
+        if action is Action.HOLD:
+            self._note(decision, from_rung)
+            return
+        logger.info("action %s: %s", action, decision.explanation)
+        if action is Action.START:
             await self._start(decision.rung)
             return
-        if decision.action is Action.HOLD:
+        if action is Action.SHED:
+            self._record_incident(decision, from_rung)
+            if self.gateway is not None:
+                self.gateway.set_shed(bool(decision.shed))
+            else:
+                logger.info("no gateway attached: shedding has no lever to pull")
             return
         self._record_incident(decision, from_rung)
-        worst = decision.findings[0] if decision.findings else None
-        crash = None
-        if worst is not None and worst.kind in set(CrashReason):
-            crash = CrashReason(worst.kind)
         try:
-            await self.launcher.kill(
-                reason=f"{decision.action}: {worst.kind}" if worst else str(decision.action),
-                crash=crash)
+            await self._clear(decision)
         except EngineStopTimeout as exc:
             logger.error("%s", exc)
             self._record(Incident(
                 kind="engine_stop_timeout", severity="critical", started_at=_now(),
                 action="none", explanation=str(exc), run_id=decision.run_id,
-                findings=[{"survivors": exc.survivors}],
-            ))
-        if decision.action is Action.GIVE_UP:
+                findings=[{"survivors": exc.survivors}]))
+        if action is Action.GIVE_UP:
             self._give_up()
             return
         self._poke_at(decision.delay_seconds)
+
+    async def _clear(self, decision: Decision) -> None:
+        """Stop the current engine the way the decision calls for."""
+        worst = decision.findings[0] if decision.findings else None
+        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP) and (
+            self.launcher.state is EngineState.READY
+            and (worst is None or worst.severity is not Severity.CRITICAL))
+        if graceful:
+            if self.gateway is not None:
+                await self.gateway.hold(decision.explanation)
+            await self.launcher.stop(reason=f"{decision.action} to "
+                                     f"{self.policy.modes[decision.rung].name}")
+            return
+        crash = None
+        if worst is not None and worst.kind in set(CrashReason):
+            crash = CrashReason(worst.kind)
+        emergency = worst.kind if decision.action is Action.KILL_NOW and worst else None
+        reason = f"{decision.action}: {worst.kind}" if worst else str(decision.action)
+        await self.launcher.kill(reason=reason, crash=crash, emergency=emergency)
 
     async def _start(self, rung: int) -> None:
         run = await self.launcher.start(rung=rung)
@@ -88,6 +133,11 @@ class Executor:
             run_id=run.run_id, mode=run.mode, rung=run.rung, argv=run.argv, pid=run.pid,
             port=port, log_path=str(run.log_path), started_at=run.started_at))
 
+    def engine_ready(self, rung: int) -> None:
+        """The engine became ready: let the gateway admit again in this mode."""
+        if self.gateway is not None:
+            self.gateway.release(rung)
+
     def _record(self, incident: Incident, transition: dict | None = None) -> None:
         def write(store: Store) -> None:
             incident_id = store.add_incident(incident=incident)
@@ -95,43 +145,50 @@ class Executor:
                 store.add_transition(incident_id=incident_id, **transition)
         self.writer.submit(write)
 
-    def _record_incident(self, decision: Decision, from_rung: int) -> None:
+    def _note(self, decision: Decision, from_rung: int) -> None:
+        """Record findings that appear in a HOLD (info, or a warning held back) once per run."""
+        for f in decision.findings:
+            key = (f.run_id, f.kind)
+            if key in self._noted:
+                continue
+            self._noted.add(key)
+            logger.info("noted %s (%s): %s", f.kind, f.severity, f.summary)
+            self._record(self._incident(decision, from_rung, f, action="hold"))
+
+    def _incident(self, decision: Decision, from_rung: int, worst: Finding | None,
+                  action: str) -> Incident:
         run = self.launcher.run
-        worst = decision.findings[0] if decision.findings else None
-        incident = Incident(
+        return Incident(
             kind=worst.kind if worst else str(decision.action),
             severity=str(worst.severity) if worst else "info",
-            started_at=_now(),
-            action=str(decision.action),
-            explanation=decision.explanation,
-            mode=self.policy.modes[from_rung].name,
-            rung=from_rung,
-            run_id=decision.run_id,
+            started_at=_now(), action=action, explanation=decision.explanation,
+            mode=self.policy.modes[from_rung].name, rung=from_rung, run_id=decision.run_id
+            or (worst.run_id if worst else None),
             findings=[f.to_dict() for f in decision.findings],
-            log_tail=_log_tail(run),
+            log_tail=_log_tail(run), kernel_lines=self._kernel_lines(),
             outcome=_outcome(decision, self.policy),
         )
+
+    def _record_incident(self, decision: Decision, from_rung: int) -> None:
+        worst = decision.findings[0] if decision.findings else None
+        incident = self._incident(decision, from_rung, worst, action=str(decision.action))
+        if worst is not None:
+            self._noted.add((worst.run_id, worst.kind))
         transition = None
-        if decision.action is Action.STEP_DOWN:
+        if decision.action in (Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP) \
+                and decision.rung != from_rung:
+            if worst is not None and decision.action is not Action.STEP_UP:
+                actor = f"guard:{worst.guard}"
+            elif "operator" in decision.explanation:
+                actor = "operator"
+            else:
+                actor = "schedule"
             transition = {
                 "at": incident.started_at, "from_mode": self.policy.modes[from_rung].name,
                 "to_mode": self.policy.modes[decision.rung].name, "from_rung": from_rung,
-                "to_rung": decision.rung, "reason": decision.explanation,
-                "actor": f"guard:{worst.guard}" if worst else "supervisor",
+                "to_rung": decision.rung, "reason": decision.explanation, "actor": actor,
             }
         self._record(incident, transition)
-
-
-def _outcome(decision: Decision, policy: Policy) -> str:
-    mode = policy.modes[decision.rung].name
-    match decision.action:
-        case Action.RESTART:
-            return f"restart of mode {mode} in {decision.delay_seconds:g} s"
-        case Action.STEP_DOWN:
-            return f"stepped down to mode {mode}"
-        case Action.GIVE_UP:
-            return "gave up: service exits 1"
-    return str(decision.action)
 
 
 def _log_tail(run: EngineRun | None) -> str | None:
@@ -143,6 +200,23 @@ def _log_tail(run: EngineRun | None) -> str | None:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
+def _outcome(decision: Decision, policy: Policy) -> str:
+    mode = policy.modes[decision.rung].name
+    match decision.action:
+        case Action.RESTART:
+            return f"restart of mode {mode} in {decision.delay_seconds:g} s"
+        case Action.STEP_DOWN:
+            return f"stepped down to mode {mode}"
+        case Action.KILL_NOW:
+            return f"engine killed; starting mode {mode}"
+        case Action.STEP_UP:
+            return f"stepped up to mode {mode} (probation)"
+        case Action.SHED:
+            return "gateway limits lowered" if decision.shed else "gateway limits restored"
+        case Action.GIVE_UP:
+            return "gave up: service exits 1"
+    return str(decision.action)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
-

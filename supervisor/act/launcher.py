@@ -93,6 +93,8 @@ class EngineRun:
     crash_reason: CrashReason | None = None
     error: str | None = None
     """Why the spawn failed, when it did."""
+    kill_reason: str | None = None
+    """Why the supervisor killed it on purpose (an emergency), if it did."""
     shm_before: set[str] = field(default_factory=set, repr=False)
     log_tail: LogTail | None = field(default=None, repr=False)
     """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
@@ -355,13 +357,15 @@ class EngineLauncher:
         await self._reap_group(run)
         return run
 
-    async def kill(self, *, reason: str, crash: CrashReason | None = None) -> EngineRun | None:
+    async def kill(self, *, reason: str, crash: CrashReason | None = None,
+                   emergency: str | None = None) -> EngineRun | None:
         """SIGKILL the engine's whole process group now, wait for it to vanish, clean up.
 
         Used for an engine that already crashed (to clear what is left of it) and for
         emergencies. ``crash`` names the failure when the decision logic saw it before
         the launcher did (e.g. a dead EngineCore found by the tick while the API server
         still runs): the run is then recorded as that crash, not as a planned stop.
+        ``emergency`` names why a healthy engine is killed on purpose (``memory_floor``).
         Blocks for at most ``kill_timeout_seconds``.
         Raises: EngineStopTimeout when a process of the group survives.
         """
@@ -372,6 +376,7 @@ class EngineLauncher:
             run.crash_reason = crash
         elif self._state is not EngineState.CRASHED:
             run.planned_stop = True
+            run.kill_reason = emergency
         self._set(EngineState.STOPPING, reason)
         await self._reap_group(run)
         return run

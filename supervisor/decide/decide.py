@@ -1,67 +1,249 @@
 """``decide()``: the one function that picks what the service does. Pure.
 
-Window, ladder state, policy and the current monotonic time in; one Decision out. No
-I/O, no logging, no clock reads: the same call runs live and in replay.
+Window, ladder state, policy, the current monotonic time and the calibrated baselines
+in; one Decision out. No I/O, no logging, no clock reads: the same call runs live and
+in replay.
+
+Order of precedence (DESIGN.md, "Guards"):
+1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down; while the
+   engine is stopped, hold its start;
+2. critical (dead, hung): restart with backoff; the start limit steps down; a crash with
+   a speculative-decoding signature goes to the first rung without speculation; a crash
+   during probation steps back down and bars the rung;
+3. the engine is stopped: start it when the backoff allows;
+4. warnings: instant levers first (shed the gateway's limits), then a graceful step
+   down, within the cooldown and the transitions-per-hour limit; a failed probation goes
+   back at once;
+5. the operator's pin: move to the pinned rung;
+6. calm: restore shed limits, then step up one rung (calm period, allowed hours, not a
+   barred rung), on probation;
+7. otherwise hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
+from supervisor.decide.context import Baselines, Situation
 from supervisor.decide.decision import Action, Decision
-from supervisor.decide.findings import Finding
-from supervisor.decide.guards import engine_dead
+from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.decide.guards import ALL
 from supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
 from supervisor.decide.window import Window
 from supervisor.policy import Policy
 from supervisor.states import EngineState
 
-__all__ = ["decide"]
+__all__ = ["decide", "findings_of"]
+
+HOUR = 3600.0
 
 
-def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float) -> Decision:
-    """Pick at most one action for this tick.
+def findings_of(sit: Situation) -> list[Finding]:
+    """Every guard's findings, worst first (stable within a severity: guard order)."""
+    found = [f for guard in ALL for f in guard.check(sit)]
+    return sorted(found, key=lambda f: -f.severity.rank)
 
-    Order: nothing sampled -> HOLD; ladder exhausted -> HOLD; a new crash -> RESTART,
-    STEP_DOWN or GIVE_UP by the start limit; engine stopped and start due -> START;
-    otherwise HOLD. The explanation names the evidence and the thresholds applied.
-    """
+
+def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
+           baselines: Baselines | None = None) -> Decision:
+    """Pick at most one action for this tick (see the module docstring for the order)."""
     s = window.latest
-    mode = policy.modes[ladder.rung].name
     if s is None:
         return Decision(Action.HOLD, ladder.rung, "no sample yet")
     if ladder.gave_up:
-        return Decision(Action.HOLD, ladder.rung, f"gave up: mode {mode} (the last rung) "
-                        "kept crashing")
-    findings = engine_dead.check(window, ladder, policy, now_s)
-    if findings:
-        return _on_crash(findings[0], ladder, policy, now_s)
-    if s.engine_state is EngineState.STOPPED:
-        wait = ladder.start_not_before_s - now_s
-        if wait <= 0:
-            return Decision(Action.START, ladder.rung, f"engine stopped: start mode {mode}")
-        return Decision(Action.HOLD, ladder.rung, f"engine stopped: start of mode {mode} "
-                        f"due in {wait:.1f} s (restart backoff)")
-    return Decision(Action.HOLD, ladder.rung, f"engine {s.engine_state} in mode {mode}")
-
-
-def _on_crash(finding: Finding, ladder: LadderState, policy: Policy, now_s: float) -> Decision:
-    rst = policy.restart
-    crashes = len(recent_crashes(ladder, policy, now_s)) + 1
+        return Decision(Action.HOLD, ladder.rung, f"gave up: mode "
+                        f"{policy.modes[ladder.rung].name} (the last rung) kept crashing")
+    sit = Situation(window, ladder, policy, now_s, baselines or {})
+    findings = findings_of(sit)
+    for step in (_emergency, _crash, _stopped, _warnings, _pinned, _calm):
+        decision = step(sit, findings)
+        if decision is not None:
+            return decision
     mode = policy.modes[ladder.rung].name
-    head = (f"{finding.summary}: crash {crashes} of mode {mode} within "
+    worst = findings[0].summary if findings else None
+    text = f"engine {s.engine_state} in mode {mode}" + (f"; noted: {worst}" if worst else "")
+    return Decision(Action.HOLD, ladder.rung, text, tuple(findings))
+
+
+def _name(sit: Situation, rung: int) -> str:
+    return sit.policy.modes[rung].name
+
+
+def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:
+    em = [f for f in findings if f.response is Response.KILL_STEP_DOWN]
+    if not em:
+        return None
+    s, ladder = sit.latest, sit.ladder
+    if s is None or s.engine_state not in (EngineState.STARTING, EngineState.READY):
+        if s is not None and s.engine_state is EngineState.STOPPED:
+            return Decision(Action.HOLD, ladder.rung, f"{em[0].summary}: not starting the "
+                            "engine until memory recovers", tuple(findings))
+        return None
+    target = min(ladder.rung + 1, len(sit.policy.modes) - 1)
+    where = (f"start {_name(sit, target)}" if target != ladder.rung
+             else f"restart {_name(sit, target)} (already the safest rung)")
+    return Decision(Action.KILL_NOW, target, f"{em[0].summary} -> kill the engine now, {where}",
+                    tuple(findings), run_id=s.engine_run_id)
+
+
+def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
+    crash = next((f for f in findings
+                  if f.response in (Response.RESTART, Response.SKIP_SPECULATION)), None)
+    if crash is None:
+        return None
+    ladder, policy, now = sit.ladder, sit.policy, sit.now_s
+    rst = policy.restart
+    crashes = len(recent_crashes(ladder, policy, now)) + 1
+    mode = _name(sit, ladder.rung)
+    head = (f"{crash.summary}: crash {crashes} of mode {mode} within "
             f"{rst.start_limit_interval_seconds:g} s (start_limit_burst {rst.start_limit_burst})")
-    evidence = {**finding.evidence, "crashes_in_interval": crashes,
+    evidence = {**crash.evidence, "crashes_in_interval": crashes,
                 "start_limit_burst": rst.start_limit_burst,
                 "start_limit_interval_seconds": rst.start_limit_interval_seconds}
-    finding = dataclasses.replace(finding, evidence=evidence)
+    rest = tuple(f for f in findings if f is not crash)
+    crash = dataclasses.replace(crash, evidence=evidence)
+    found = (crash, *rest)
+    if crash.response is Response.SKIP_SPECULATION:
+        plain = policy.first_plain_rung_below(ladder.rung)
+        if plain is not None:
+            return Decision(Action.STEP_DOWN, plain, f"{crash.summary} -> skip speculation: "
+                            f"step down to {_name(sit, plain)}", found, run_id=crash.run_id)
+    if ladder.probation_until_s is not None and now < ladder.probation_until_s:
+        target = min(ladder.rung + 1, len(policy.modes) - 1)
+        return Decision(Action.STEP_DOWN, target, f"{crash.summary} during the probation of "
+                        f"{mode} -> back down to {_name(sit, target)}; {mode} barred for a while",
+                        found, run_id=crash.run_id, marks_failing=ladder.rung)
     if crashes >= rst.start_limit_burst:
         if ladder.rung + 1 < len(policy.modes):
-            nxt = policy.modes[ladder.rung + 1].name
+            nxt = _name(sit, ladder.rung + 1)
             return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{head} -> step down to {nxt}",
-                            (finding,), run_id=finding.run_id)
+                            found, run_id=crash.run_id)
         return Decision(Action.GIVE_UP, ladder.rung, f"{head}, and it is the last rung -> "
-                        "give up", (finding,), run_id=finding.run_id)
+                        "give up", found, run_id=crash.run_id)
     delay = restart_delay(rst, crashes)
-    return Decision(Action.RESTART, ladder.rung, f"{head} -> restart in {delay:g} s",
-                    (finding,), delay_seconds=delay, run_id=finding.run_id)
+    return Decision(Action.RESTART, ladder.rung, f"{head} -> restart in {delay:g} s", found,
+                    delay_seconds=delay, run_id=crash.run_id)
+
+
+def _stopped(sit: Situation, findings: list[Finding]) -> Decision | None:
+    s, ladder = sit.latest, sit.ladder
+    if s is None or s.engine_state is EngineState.READY:
+        return None
+    if s.engine_state is not EngineState.STOPPED:
+        return Decision(Action.HOLD, ladder.rung, f"engine {s.engine_state} in mode "
+                        f"{_name(sit, ladder.rung)}", tuple(findings))
+    mode = _name(sit, ladder.rung)
+    wait = ladder.start_not_before_s - sit.now_s
+    if wait <= 0:
+        return Decision(Action.START, ladder.rung, f"engine stopped: start mode {mode}",
+                        tuple(findings))
+    return Decision(Action.HOLD, ladder.rung, f"engine stopped: start of mode {mode} due in "
+                    f"{wait:.1f} s (restart backoff)", tuple(findings))
+
+
+def _blocked(sit: Situation) -> str | None:
+    """Why a graceful change may not happen now, or None."""
+    ladder, hy, now = sit.ladder, sit.policy.hysteresis, sit.now_s
+    if ladder.last_change_s is not None and now - ladder.last_change_s < hy.cooldown_seconds:
+        left = hy.cooldown_seconds - (now - ladder.last_change_s)
+        return f"cooldown ({left:.0f} s left of {hy.cooldown_seconds:g} s)"
+    recent = [t for t in ladder.transitions_s if now - t < HOUR]
+    if len(recent) >= hy.max_transitions_per_hour:
+        return f"{len(recent)} transitions in the last hour (max_transitions_per_hour " \
+               f"{hy.max_transitions_per_hour})"
+    return None
+
+
+def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
+    warnings = [f for f in findings if f.severity is Severity.WARNING]
+    if not warnings:
+        return None
+    ladder, policy, now = sit.ladder, sit.policy, sit.now_s
+    w, found = warnings[0], tuple(findings)
+    mode = _name(sit, ladder.rung)
+    if ladder.paused or ladder.pinned is not None:
+        why = "paused by the operator" if ladder.paused else "pinned by the operator"
+        return Decision(Action.HOLD, ladder.rung, f"{w.summary}: automatic steps {why}", found)
+    bottom = len(policy.modes) - 1
+    if ladder.probation_until_s is not None and now < ladder.probation_until_s \
+            and ladder.rung < bottom:
+        return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{w.summary} during the probation "
+                        f"of {mode} -> back down to {_name(sit, ladder.rung + 1)}", found,
+                        marks_failing=ladder.rung)
+    if w.response in (Response.SHED, Response.SHED_FIRST) and not ladder.shed:
+        return Decision(Action.SHED, ladder.rung, f"{w.summary} -> shed: gateway limits x"
+                        f"{policy.hysteresis.shed_factor:g}", found, shed=True)
+    if w.response is Response.SHED:
+        return Decision(Action.HOLD, ladder.rung, f"{w.summary}: load already shed", found)
+    target = ladder.rung + 1
+    if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
+        target = policy.first_plain_rung_below(ladder.rung) or target
+        cfg = policy.guards.speculative
+        s = sit.latest
+        calm = s is not None and (s.requests_running or 0) <= cfg.calm_max_requests \
+            and not s.requests_waiting
+        waited = now - (ladder.deferred_since_s or now)
+        if not calm and waited < cfg.calm_max_wait_seconds:
+            return Decision(Action.HOLD, ladder.rung, f"{w.summary}: step down to "
+                            f"{_name(sit, target)} deferred to a calm moment ({waited:.0f} s "
+                            f"of {cfg.calm_max_wait_seconds:g} s)", found)
+    if target > bottom:
+        return Decision(Action.HOLD, ladder.rung, f"{w.summary}: already on the safest rung",
+                        found)
+    blocked = _blocked(sit)
+    if blocked is not None:
+        return Decision(Action.HOLD, ladder.rung, f"{w.summary}: would step down to "
+                        f"{_name(sit, target)}, held by {blocked}", found)
+    return Decision(Action.STEP_DOWN, target, f"{w.summary} -> step down to "
+                    f"{_name(sit, target)}", found)
+
+
+def _pinned(sit: Situation, findings: list[Finding]) -> Decision | None:
+    ladder = sit.ladder
+    if ladder.pinned is None or ladder.pinned == ladder.rung:
+        return None
+    action = Action.STEP_DOWN if ladder.pinned > ladder.rung else Action.STEP_UP
+    return Decision(action, ladder.pinned, f"pinned by the operator to "
+                    f"{_name(sit, ladder.pinned)}", tuple(findings))
+
+
+def _in_window(sit: Situation) -> bool:
+    hy = sit.policy.hysteresis
+    if not hy.step_up_windows:
+        return True
+    s = sit.latest
+    if s is None or s.wall_s is None:
+        return False
+    local = datetime.fromtimestamp(s.wall_s, UTC).astimezone(ZoneInfo(hy.timezone))
+    minute = local.hour * 60 + local.minute
+    for w in hy.step_up_windows:
+        a, b = w.split("-")
+        start = int(a[:2]) * 60 + int(a[3:])
+        end = int(b[:2]) * 60 + int(b[3:])
+        if (start <= minute < end) if start <= end else (minute >= start or minute < end):
+            return True
+    return False
+
+
+def _calm(sit: Situation, findings: list[Finding]) -> Decision | None:
+    ladder, hy, now = sit.ladder, sit.policy.hysteresis, sit.now_s
+    if ladder.paused or ladder.pinned is not None:
+        return None
+    calm = ladder.calm_for(now)
+    found = tuple(findings)
+    if ladder.shed and calm >= hy.cooldown_seconds:
+        return Decision(Action.SHED, ladder.rung, f"calm for {calm:.0f} s -> restore the "
+                        "gateway limits", found, shed=False)
+    if ladder.rung == 0 or calm < hy.calm_seconds or _blocked(sit) is not None:
+        return None
+    target = ladder.rung - 1
+    barred = ladder.failing_until(target)
+    if barred is not None and now < barred:
+        return None
+    if not _in_window(sit):
+        return None
+    return Decision(Action.STEP_UP, target, f"calm for {calm:.0f} s (calm_seconds "
+                    f"{hy.calm_seconds:g}) -> step up to {_name(sit, target)} on probation for "
+                    f"{hy.probation_seconds:g} s", found)

@@ -15,17 +15,27 @@ class Action(StrEnum):
     """The one thing to do this tick."""
 
     HOLD = "hold"
-    """Nothing to do."""
+    """Nothing to do (findings, if any, are recorded)."""
     START = "start"
     """The engine is stopped and a start is due: start it at ``rung``."""
     RESTART = "restart"
-    """The engine crashed: clear what is left of it, start it again at ``rung`` after
-    ``delay_seconds``."""
+    """The engine crashed or hung: clear what is left of it, start again at ``rung``
+    after ``delay_seconds``."""
     STEP_DOWN = "step_down"
-    """Stop (or clear) the engine and start it at the safer ``rung``."""
+    """Stop the engine (drain, or clear a crashed one) and start it at the safer ``rung``."""
+    KILL_NOW = "kill_now"
+    """Emergency: SIGKILL the engine's process group now, then start at ``rung``."""
+    STEP_UP = "step_up"
+    """Calm for long enough: drain and start one rung up, on probation."""
+    SHED = "shed"
+    """Instant lever: lower the gateway's limits (``shed`` True) or restore them (False)."""
     GIVE_UP = "give_up"
     """The safest rung keeps failing: stop trying; the service exits 1 (systemd's start
     limit, one level up)."""
+
+
+#: Actions that stop the current engine and start another one.
+SWITCHES = frozenset({Action.RESTART, Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +54,16 @@ class Decision:
     delay_seconds: float = 0.0
     run_id: str | None = None
     """The engine run the decision reacts to, if any."""
+    shed: bool | None = None
+    """For SHED: True lowers the gateway's limits, False restores them."""
+    marks_failing: int | None = None
+    """A rung that failed during its probation: not retried before its backoff."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
         return {
             "action": str(self.action), "rung": self.rung, "explanation": self.explanation,
             "findings": [f.to_dict() for f in self.findings],
-            "delay_seconds": self.delay_seconds, "run_id": self.run_id,
+            "delay_seconds": self.delay_seconds, "run_id": self.run_id, "shed": self.shed,
+            "marks_failing": self.marks_failing,
         }

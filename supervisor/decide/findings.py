@@ -1,4 +1,5 @@
-"""What a guard reports: a ``Finding`` with a severity and the evidence behind it."""
+"""What a guard reports: a ``Finding`` with a severity, the response it calls for, and
+the evidence behind it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Finding", "Severity"]
+__all__ = ["Finding", "Response", "Severity"]
 
 
 class Severity(StrEnum):
@@ -29,11 +30,32 @@ class Severity(StrEnum):
         return list(Severity).index(self)
 
 
+class Response(StrEnum):
+    """What a finding asks of the ladder; ``decide()`` turns it into one action."""
+
+    RECORD = "record"
+    """Nothing to do but keep it on record."""
+    RESTART = "restart"
+    """The engine is dead or hung: restart it (counts toward the start limit)."""
+    SKIP_SPECULATION = "skip_speculation"
+    """A crash that points at speculative decoding: go to the first rung without it."""
+    KILL_STEP_DOWN = "kill_step_down"
+    """Emergency: SIGKILL the engine's group now and start one rung down."""
+    STEP_DOWN = "step_down"
+    """Drain and restart one rung down."""
+    SHED_FIRST = "shed_first"
+    """Lower the gateway's limits first; step down if it persists once shed."""
+    SHED = "shed"
+    """Lower the gateway's limits (no restart)."""
+    SKIP_SPECULATION_WHEN_CALM = "skip_speculation_when_calm"
+    """Speculation does not pay: go to the first rung without it at a calm moment."""
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One guard's verdict on the window.
 
-    ``kind`` is a stable machine name (``engine_exited``, ``start_failed``...), stored as
+    ``kind`` is a stable machine name (``engine_exited``, ``memory_floor``...), stored as
     the incident kind; ``summary`` is one human line; ``evidence`` holds the values,
     thresholds and durations that support it (JSON-ready).
     """
@@ -45,10 +67,12 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None
     """The engine run it is about, when it is about one."""
+    response: Response = Response.RECORD
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as stored with incidents."""
         return {
             "guard": self.guard, "kind": self.kind, "severity": str(self.severity),
             "summary": self.summary, "evidence": dict(self.evidence), "run_id": self.run_id,
+            "response": str(self.response),
         }

@@ -1,4 +1,8 @@
-"""The mode ladder's state and how a Decision moves it. Pure: no I/O, no clock reads."""
+"""The mode ladder's state and how a Decision moves it. Pure: no I/O, no clock reads.
+
+Operator levers (pin, unpin, pause, resume) are pure functions here too; the admin API
+calls them and the service swaps the state in.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from supervisor.decide.decision import Action, Decision
+from supervisor.decide.findings import Severity
 from supervisor.policy import Policy, Restart
 
-__all__ = ["LadderState", "advance", "restart_delay"]
+__all__ = ["LadderState", "advance", "pause", "pin", "recent_crashes", "restart_delay",
+           "resume", "unpin"]
+
+HOUR = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,23 +24,48 @@ class LadderState:
     """Where the service stands on the ladder. Times are monotonic seconds.
 
     ``crash_times_s``: crashes of the current rung still inside the start-limit interval.
-    ``handled_run_id``: the last crashed engine run already acted on (a crash is acted
-    on once, however many ticks still show it). ``start_not_before_s``: earliest time
-    the next start may begin (restart backoff). ``gave_up``: the last rung exhausted its
-    start limit.
+    ``handled_run_id``: the last engine run whose crash (or emergency) was acted on; a
+    run is acted on once, however many ticks still show it. ``start_not_before_s``:
+    earliest start of the next engine (restart backoff). ``transitions_s``: rung changes
+    in the last hour. ``probation_until_s``: end of the probation of a rung reached by
+    stepping up. ``failing``: (rung, retry_after_s, backoff_s) of rungs that failed their
+    probation. ``last_trouble_s``: last time a warning or worse was found.
+    ``deferred_since_s``: since when a step down waits for a calm moment. ``pinned`` and
+    ``paused``: operator overrides.
     """
 
     rung: int
+    since_s: float = 0.0
     crash_times_s: tuple[float, ...] = ()
     handled_run_id: str | None = None
     start_not_before_s: float = 0.0
     gave_up: bool = False
     last_change_s: float | None = None
+    transitions_s: tuple[float, ...] = ()
+    probation_until_s: float | None = None
+    failing: tuple[tuple[int, float, float], ...] = ()
+    last_trouble_s: float | None = None
+    shed: bool = False
+    deferred_since_s: float | None = None
+    pinned: int | None = None
+    paused: bool = False
 
     @classmethod
-    def initial(cls, policy: Policy) -> LadderState:
-        """The state a fresh service starts in: the policy's initial rung, start due now."""
-        return cls(rung=policy.initial_rung)
+    def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
+        """A fresh service: the policy's initial rung, start due now, calm counted from now."""
+        return cls(rung=policy.initial_rung, since_s=now_s)
+
+    def failing_until(self, rung: int) -> float | None:
+        """Until when ``rung`` is barred after failing its probation, or None."""
+        for r, retry_after, _ in self.failing:
+            if r == rung:
+                return retry_after
+        return None
+
+    def calm_for(self, now_s: float) -> float:
+        """Seconds since the last warning, rung change or service start, whichever is last."""
+        marks = [self.since_s, self.last_trouble_s or 0.0, self.last_change_s or 0.0]
+        return now_s - max(marks)
 
 
 def restart_delay(restart: Restart, crashes_in_window: int) -> float:
@@ -55,27 +88,74 @@ def recent_crashes(ladder: LadderState, policy: Policy, now_s: float) -> tuple[f
     return tuple(t for t in ladder.crash_times_s if now_s - t <= interval)
 
 
+def _mark_failing(ladder: LadderState, rung: int, policy: Policy,
+                  now_s: float) -> tuple[tuple[int, float, float], ...]:
+    hy = policy.hysteresis
+    previous = next((b for r, _, b in ladder.failing if r == rung), None)
+    backoff = (hy.failed_rung_backoff_seconds if previous is None
+               else min(hy.failed_rung_backoff_max_seconds, previous * 2))
+    kept = tuple(f for f in ladder.failing if f[0] != rung)
+    return (*kept, (rung, now_s + backoff, backoff))
+
+
 def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: float) -> LadderState:
     """The ladder after ``decision`` is carried out at ``now_s``.
 
-    RESTART records the crash and the backoff; STEP_DOWN moves to the new rung with a
-    clean crash record; GIVE_UP marks the ladder exhausted; START and HOLD change nothing.
+    Every decision updates the trouble mark (a warning or worse seen) and the deferral of
+    a when-calm step down. RESTART records the crash and the backoff; STEP_DOWN,
+    KILL_NOW and STEP_UP move the rung (the last starts a probation); SHED flips the
+    gateway lever; GIVE_UP marks the ladder exhausted.
     """
-    replace = dataclasses.replace
+    rep = dataclasses.replace
+    trouble = any(f.severity.rank >= Severity.WARNING.rank for f in decision.findings)
+    waiting = any(f.response == "skip_speculation_when_calm" for f in decision.findings)
+    ladder = rep(ladder,
+                 last_trouble_s=now_s if trouble else ladder.last_trouble_s,
+                 deferred_since_s=(ladder.deferred_since_s or now_s) if waiting else None)
+    recent_transitions = tuple(t for t in ladder.transitions_s if now_s - t < HOUR)
     match decision.action:
         case Action.RESTART:
-            return replace(
-                ladder,
-                crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
-                handled_run_id=decision.run_id,
+            return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
+                       handled_run_id=decision.run_id,
+                       start_not_before_s=now_s + decision.delay_seconds)
+        case Action.STEP_DOWN | Action.KILL_NOW | Action.STEP_UP:
+            failing = ladder.failing
+            if decision.marks_failing is not None:
+                failing = _mark_failing(ladder, decision.marks_failing, policy, now_s)
+            moved = decision.rung != ladder.rung
+            probation = (now_s + policy.hysteresis.probation_seconds
+                         if decision.action is Action.STEP_UP else None)
+            return rep(
+                ladder, rung=decision.rung, crash_times_s=() if moved else ladder.crash_times_s,
+                handled_run_id=decision.run_id or ladder.handled_run_id,
                 start_not_before_s=now_s + decision.delay_seconds,
-            )
-        case Action.STEP_DOWN:
-            return replace(
-                ladder, rung=decision.rung, crash_times_s=(), handled_run_id=decision.run_id,
-                start_not_before_s=now_s + decision.delay_seconds, last_change_s=now_s,
-            )
+                last_change_s=now_s if moved else ladder.last_change_s,
+                transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
+                probation_until_s=probation, failing=failing, shed=False,
+                deferred_since_s=None)
+        case Action.SHED:
+            return rep(ladder, shed=bool(decision.shed))
         case Action.GIVE_UP:
-            return replace(ladder, gave_up=True, handled_run_id=decision.run_id)
+            return rep(ladder, gave_up=True, handled_run_id=decision.run_id)
         case _:
             return ladder
+
+
+def pin(ladder: LadderState, rung: int) -> LadderState:
+    """Operator: keep the engine on ``rung``; automatic steps stop (emergencies still act)."""
+    return dataclasses.replace(ladder, pinned=rung)
+
+
+def unpin(ladder: LadderState) -> LadderState:
+    """Operator: let the ladder move on its own again."""
+    return dataclasses.replace(ladder, pinned=None)
+
+
+def pause(ladder: LadderState) -> LadderState:
+    """Operator: stop automatic graceful steps (crash restarts and emergencies still act)."""
+    return dataclasses.replace(ladder, paused=True)
+
+
+def resume(ladder: LadderState) -> LadderState:
+    """Operator: undo ``pause``; a gave-up ladder is also given another try."""
+    return dataclasses.replace(ladder, paused=False, gave_up=False, crash_times_s=())

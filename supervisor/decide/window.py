@@ -51,6 +51,11 @@ class Window:
             window.append(sample)
         return window
 
+    def between(self, start_s: float, end_s: float) -> Window:
+        """A window of the samples taken in ``[start_s, end_s]``."""
+        return Window.of([s for s in self._samples if start_s <= s.t_s <= end_s],
+                         self.max_age_seconds)
+
     def since(self, t_s: float) -> list[Sample]:
         """Samples taken at or after monotonic time ``t_s``, oldest first."""
         return [s for s in self._samples if s.t_s >= t_s]

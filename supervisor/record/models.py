@@ -9,10 +9,27 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "EngineRunRow", "IncidentRow", "ModeTransitionRow", "UTCDateTime"]
+__all__ = [
+    "Base",
+    "EngineRunRow",
+    "IncidentRow",
+    "ModeBaselineRow",
+    "ModeTransitionRow",
+    "UTCDateTime",
+]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -89,6 +106,7 @@ class IncidentRow(Base):
     explanation: Mapped[str] = mapped_column(Text)
     findings: Mapped[list[Any]]
     log_tail: Mapped[str | None] = mapped_column(Text)
+    kernel_lines: Mapped[list[Any] | None]
 
 
 class ModeTransitionRow(Base):
@@ -108,3 +126,27 @@ class ModeTransitionRow(Base):
     actor: Mapped[str] = mapped_column(String(64))
     """Who moved it: ``guard:<name>``, ``schedule`` or ``operator``."""
     incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id"))
+
+
+class ModeBaselineRow(Base):
+    """What one mode delivered under the standard agent-like load at one concurrency
+    (``supervisor calibrate``); the speculative-decoding guard compares against it."""
+
+    __tablename__ = "mode_baselines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    mode: Mapped[str] = mapped_column(String(64), index=True)
+    args_digest: Mapped[str] = mapped_column(String(16))
+    """Digest of the mode's engine arguments: a changed mode needs a new baseline."""
+    concurrency: Mapped[int]
+    measured_at: Mapped[datetime]
+    tokens_per_second_per_request: Mapped[float] = mapped_column(Float)
+    tokens_per_second_total: Mapped[float] = mapped_column(Float)
+    ttft_seconds: Mapped[float | None] = mapped_column(Float)
+    acceptance_by_position: Mapped[list[Any] | None]
+    peak_rss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    mem_available_min_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    seconds: Mapped[float] = mapped_column(Float)
+    requests: Mapped[int]

@@ -24,7 +24,12 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from supervisor.errors import StoreError
-from supervisor.record.models import EngineRunRow, IncidentRow, ModeTransitionRow
+from supervisor.record.models import (
+    EngineRunRow,
+    IncidentRow,
+    ModeBaselineRow,
+    ModeTransitionRow,
+)
 
 __all__ = ["MIGRATIONS_DIR", "Incident", "Store", "make_engine", "upgrade"]
 
@@ -41,6 +46,7 @@ class Incident:
 
     ``findings``: the guards' findings as dicts (``Finding.to_dict``), worst first.
     ``log_tail``: the last lines of the engine's log at the time, if any.
+    ``kernel_lines``: the recent kernel log lines the sensors classified (Xid, OOM ...).
     """
 
     kind: str
@@ -54,6 +60,7 @@ class Incident:
     outcome: str | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
     log_tail: str | None = None
+    kernel_lines: list[str] = field(default_factory=list)
 
 
 def make_engine(url: str) -> Engine:
@@ -202,7 +209,7 @@ class Store:
                 started_at=incident.started_at, mode=incident.mode, rung=incident.rung,
                 run_id=incident.run_id, action=incident.action, outcome=incident.outcome,
                 explanation=incident.explanation, findings=list(incident.findings),
-                log_tail=incident.log_tail,
+                log_tail=incident.log_tail, kernel_lines=list(incident.kernel_lines),
             )
             s.add(row)
             s.flush()
@@ -241,3 +248,34 @@ class Store:
             q = (select(ModeTransitionRow).where(ModeTransitionRow.fleet == self.fleet)
                  .order_by(ModeTransitionRow.id.desc()).limit(limit))
             return list(s.scalars(q))
+
+    # -- per-mode baselines ----------------------------------------------------------
+
+    def add_baseline(
+        self, *, mode: str, args_digest: str, concurrency: int, measured_at: datetime,
+        tokens_per_second_per_request: float, tokens_per_second_total: float,
+        ttft_seconds: float | None, acceptance_by_position: list[float] | None,
+        peak_rss_bytes: int | None, mem_available_min_bytes: int | None, seconds: float,
+        requests: int,
+    ) -> None:
+        """Record one calibration measurement of ``mode`` at ``concurrency``."""
+        with self._session() as s:
+            s.add(ModeBaselineRow(
+                fleet=self.fleet, host=self.host, mode=mode, args_digest=args_digest,
+                concurrency=concurrency, measured_at=measured_at,
+                tokens_per_second_per_request=tokens_per_second_per_request,
+                tokens_per_second_total=tokens_per_second_total, ttft_seconds=ttft_seconds,
+                acceptance_by_position=acceptance_by_position, peak_rss_bytes=peak_rss_bytes,
+                mem_available_min_bytes=mem_available_min_bytes, seconds=seconds,
+                requests=requests))
+
+    def baselines(self) -> list[ModeBaselineRow]:
+        """The newest baseline of each (mode, arguments, concurrency) on this host."""
+        with self._session() as s:
+            q = (select(ModeBaselineRow).where(ModeBaselineRow.fleet == self.fleet,
+                                               ModeBaselineRow.host == self.host)
+                 .order_by(ModeBaselineRow.id))
+            newest: dict[tuple[str, str, int], ModeBaselineRow] = {}
+            for row in s.scalars(q):
+                newest[(row.mode, row.args_digest, row.concurrency)] = row
+            return list(newest.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -121,7 +122,7 @@ class Sensors:
         """One Sample of everything. ``window`` holds the previous samples (it decides
         whether a canary is due); ``log_lines`` are the engine's new log lines."""
         fields: dict[str, Any] = {
-            "t_s": now_s, "tick_lateness_seconds": lateness_seconds,
+            "t_s": now_s, "wall_s": time.time(), "tick_lateness_seconds": lateness_seconds,
             "engine_state": status.state, "engine_state_since_s": status.since_s,
             "engine_run_id": status.run_id, "engine_rung": status.rung,
             "engine_pid": status.pid, "engine_exit_code": status.exit_code,

@@ -28,6 +28,8 @@ class Sample:
 
     t_s: float
     """Monotonic seconds when the tick began."""
+    wall_s: float | None = None
+    """The same instant as UTC epoch seconds (for calm-hour windows and the record)."""
     tick_lateness_seconds: float | None = None
     """How late this tick ran against its schedule: a fact about the box (CPU
     starvation), never a verdict on the engine."""

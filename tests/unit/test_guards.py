@@ -1,0 +1,284 @@
+"""A scenario per guard on hand-written traces, each with its negative controls."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.decide.decision import Action
+from supervisor.decide.findings import Severity
+from supervisor.decide.ladder import LadderState
+from supervisor.states import EngineState
+from tests.unit.scenario import GiB, decide_on, samples
+
+
+def kinds(d):
+    return [f.kind for f in d.findings]
+
+
+# -- engine hung ---------------------------------------------------------------------
+
+def hung_trace(canary_ok=False, running=2.0, **kw):
+    # Ready at 0; from 100 s on, requests present and every counter flat.
+    busy = samples(0, 99, iteration_tokens_count_total=lambda t: t * 10,
+                   prompt_tokens_total=lambda t: t * 50, generation_tokens_total=lambda t: t * 40,
+                   requests_running=running, requests_waiting=1.0, health_status=200)
+    stuck = samples(100, 175, iteration_tokens_count_total=990.0, prompt_tokens_total=4950.0,
+                    generation_tokens_total=3960.0, requests_running=running,
+                    requests_waiting=1.0, health_status=200, canary_ok=canary_ok,
+                    canary_finished_s=lambda t: 170.0 if t >= 170 else None, **kw)
+    return busy + stuck
+
+
+def test_hung_engine_is_restarted() -> None:
+    d = decide_on(hung_trace())
+    assert d.action is Action.RESTART
+    (f,) = [f for f in d.findings if f.kind == "engine_hung"]
+    assert f.severity is Severity.CRITICAL
+    assert f.evidence["flat_seconds"] >= 60 and f.evidence["canary_ok"] is False
+
+
+def test_no_hang_verdict_without_a_failed_canary() -> None:
+    assert decide_on(hung_trace(canary_ok=None)).action is Action.HOLD
+    assert decide_on(hung_trace(canary_ok=True)).action is Action.HOLD
+
+
+def test_idle_engine_with_flat_counters_is_not_hung() -> None:
+    trace = samples(0, 300, iteration_tokens_count_total=10.0, prompt_tokens_total=5.0,
+                    generation_tokens_total=7.0, requests_running=0.0, requests_waiting=0.0,
+                    canary_ok=False, canary_finished_s=250.0)
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and "engine_hung" not in kinds(d)
+
+
+def test_long_prefill_under_load_with_slow_probes_is_not_hung() -> None:
+    # Heavy load: /health takes 3 s, no token for 90 s, but prompt tokens advance
+    # (chunked prefill of a long prompt) and the engine steps.
+    trace = samples(0, 200, requests_running=4.0, requests_waiting=6.0, health_status=200,
+                    health_latency_seconds=3.0, generation_tokens_total=500.0,
+                    iteration_tokens_count_total=lambda t: 100 + t // 5,
+                    prompt_tokens_total=lambda t: 1000 + 512 * (t // 5),
+                    canary_ok=False, canary_finished_s=190.0)
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and "engine_hung" not in kinds(d)
+
+
+def test_no_hang_verdict_during_start_up_grace() -> None:
+    trace = hung_trace()
+    trace = [s.__class__(**{**s.to_dict(), "engine_state": EngineState.READY,
+                            "engine_state_since_s": 100.0}) for s in trace]
+    assert decide_on(trace).action is Action.HOLD
+
+
+# -- memory floor --------------------------------------------------------------------
+
+def test_two_samples_under_the_floor_kill_now_one_rung_down() -> None:
+    trace = samples(0, 10, mem_available_bytes=8 * GiB) + samples(
+        11, 12, mem_available_bytes=int(1.5 * GiB))
+    d = decide_on(trace)
+    assert (d.action, d.rung) == (Action.KILL_NOW, 1)
+    assert d.findings[0].severity is Severity.EMERGENCY
+    assert d.findings[0].evidence["mem_available_bytes"] == [int(1.5 * GiB)] * 2
+
+
+def test_one_low_sample_is_not_enough() -> None:
+    trace = samples(0, 10, mem_available_bytes=8 * GiB) + samples(
+        11, 11, mem_available_bytes=GiB) + samples(12, 12, mem_available_bytes=8 * GiB)
+    assert decide_on(trace).action is Action.HOLD
+
+
+def test_floor_applies_during_start_up() -> None:
+    trace = samples(0, 5, engine_state=EngineState.STARTING, mem_available_bytes=GiB)
+    assert decide_on(trace).action is Action.KILL_NOW
+
+
+def test_nv_err_no_memory_in_the_kernel_log_kills_now() -> None:
+    trace = samples(0, 5, mem_available_bytes=20 * GiB) + samples(
+        6, 6, mem_available_bytes=20 * GiB, kernel_events=("nv_err_no_memory",))
+    d = decide_on(trace)
+    assert d.action is Action.KILL_NOW and d.findings[0].kind == "nv_err_no_memory"
+
+
+def test_stopped_engine_is_not_started_while_memory_is_at_the_floor() -> None:
+    trace = samples(0, 3, engine_state=EngineState.STOPPED, mem_available_bytes=GiB,
+                    run=None)
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and "not starting the engine" in d.explanation
+
+
+# -- memory forecast -----------------------------------------------------------------
+
+def test_memory_falling_to_the_floor_within_the_horizon_steps_down() -> None:
+    # 12 GiB falling 30 MiB/s from 200 s: floor (2 GiB) in ~5 min.
+    trace = samples(0, 400, mem_available_bytes=lambda t: int(
+        12 * GiB - max(0, t - 200) * 30 * 2**20))
+    d = decide_on(trace)
+    assert d.action is Action.STEP_DOWN and d.findings[0].kind == "memory_forecast"
+    assert d.findings[0].evidence["seconds_to_floor"] <= 300
+
+
+def test_slow_creep_over_days_is_not_acted_on() -> None:
+    # 1 MiB per minute: the floor is a week away.
+    trace = samples(0, 900, mem_available_bytes=lambda t: int(12 * GiB - t / 60 * 2**20))
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and d.findings == ()
+
+
+def test_creep_within_a_day_is_recorded_only() -> None:
+    trace = samples(0, 900, mem_available_bytes=lambda t: int(12 * GiB - t * 0.2 * 2**20))
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and kinds(d) == ["memory_creep"]
+
+
+def test_start_up_allocation_is_not_a_trend() -> None:
+    # Ready at 0, the KV cache and graphs take 10 GiB in the first 100 s, then flat.
+    trace = samples(0, 160, mem_available_bytes=lambda t: int(
+        20 * GiB - min(t, 100) * 0.1 * GiB))
+    assert decide_on(trace).action is Action.HOLD
+
+
+# -- memory pressure -----------------------------------------------------------------
+
+def test_sustained_psi_full_steps_down() -> None:
+    trace = samples(0, 60, psi_memory_full_avg10_ratio=lambda t: 0.3 if t > 20 else 0.0)
+    d = decide_on(trace)
+    assert d.action is Action.STEP_DOWN and d.findings[0].kind == "memory_pressure"
+
+
+def test_short_psi_spike_is_not_acted_on() -> None:
+    trace = samples(0, 60, psi_memory_full_avg10_ratio=lambda t: 0.3 if t > 45 else 0.0)
+    assert decide_on(trace).action is Action.HOLD
+
+
+# -- preemption storm ----------------------------------------------------------------
+
+def test_preemption_storm_with_falling_throughput_steps_down() -> None:
+    trace = samples(0, 240, requests_running=4.0, requests_waiting=3.0,
+                    preemptions_total=lambda t: max(0.0, t - 120) * 2,
+                    generation_tokens_total=lambda t: t * 100 if t <= 120
+                    else 12000 + (t - 120) * 30)
+    d = decide_on(trace)
+    assert d.action is Action.STEP_DOWN and d.findings[0].kind == "preemption_storm"
+
+
+def test_kv_at_96_percent_without_preemptions_is_normal() -> None:
+    trace = samples(0, 240, requests_running=4.0, requests_waiting=2.0,
+                    kv_cache_usage_ratio=0.96, preemptions_total=0.0,
+                    generation_tokens_total=lambda t: t * 100)
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and d.findings == ()
+
+
+# -- thermal -------------------------------------------------------------------------
+
+def test_hot_gpu_sheds_first_then_steps_down() -> None:
+    trace = samples(0, 100, gpu_temperature_c=lambda t: 91.0 if t >= 30 else 70.0)
+    first = decide_on(trace)
+    assert (first.action, first.shed) == (Action.SHED, True)
+    second = decide_on(trace, LadderState(0, since_s=0, shed=True))
+    assert second.action is Action.STEP_DOWN and second.findings[0].kind == "gpu_hot"
+
+
+def test_thermal_throttling_sheds() -> None:
+    trace = samples(0, 60, gpu_clock_event_reasons=("sw_power_cap", "hw_thermal_slowdown"))
+    d = decide_on(trace)
+    assert d.action is Action.SHED and d.findings[0].evidence["reasons"] == [
+        "hw_thermal_slowdown"]
+
+
+def test_power_cap_alone_is_routine() -> None:
+    trace = samples(0, 60, gpu_clock_event_reasons=("sw_power_cap",), gpu_temperature_c=80.0)
+    assert decide_on(trace).findings == ()
+
+
+# -- speculative decoding ------------------------------------------------------------
+
+def test_crash_with_an_illegal_memory_access_skips_speculation() -> None:
+    trace = samples(0, 10, engine_log_tags=lambda t: ("cuda_illegal_memory_access",)
+                    if t == 9 else ()) + samples(
+        11, 11, engine_state=EngineState.CRASHED, engine_crash_reason="exited",
+        engine_exit_code=0)
+    d = decide_on(trace)
+    assert (d.action, d.rung) == (Action.STEP_DOWN, 2)    # nospec, not mtp1
+    assert d.findings[0].evidence["speculative_signatures"] == ["cuda_illegal_memory_access"]
+
+
+def test_xid_31_with_speculation_on_skips_speculation() -> None:
+    trace = samples(0, 5, kernel_events=lambda t: ("xid:31",) if t == 4 else ()) + samples(
+        6, 6, engine_state=EngineState.CRASHED, engine_crash_reason="exited")
+    assert (decide_on(trace).rung) == 2
+
+
+def test_same_crash_without_speculation_just_restarts() -> None:
+    trace = samples(0, 10, rung=2, engine_log_tags=("cuda_illegal_memory_access",)) + samples(
+        11, 11, rung=2, engine_state=EngineState.CRASHED, engine_crash_reason="exited")
+    d = decide_on(trace, LadderState(2))
+    assert (d.action, d.rung) == (Action.RESTART, 2)
+
+
+def spec_counters(p0_rate, t_jump=None):
+    """k=8 drafts at 10/s; position-0 accepted at p0_rate (1.0 after t_jump)."""
+    def p0(t):
+        if t_jump is None or t <= t_jump:
+            return 10 * t * p0_rate
+        return 10 * t_jump * p0_rate + 10 * (t - t_jump)
+    return {"spec_decode_num_drafts_total": lambda t: 10.0 * t,
+            "spec_decode_num_draft_tokens_total": lambda t: 80.0 * t,
+            "spec_decode_num_accepted_tokens_total": lambda t: 80.0 * t * 0.44,
+            "spec_decode_accepted_per_position_total": lambda t: (p0(t),) + (
+                10 * t * 0.6,) * 7}
+
+
+def test_acceptance_jump_to_100_percent_is_recorded() -> None:
+    trace = samples(0, 600, **spec_counters(0.76, t_jump=560))
+    d = decide_on(trace)
+    assert d.action is Action.HOLD
+    (f,) = d.findings
+    assert (f.kind, f.severity) == ("spec_acceptance_jump", Severity.INFO)
+    assert f.evidence["position0_median"] == pytest.approx(0.76)
+
+
+def test_overall_044_at_k8_with_position0_076_is_not_an_anomaly() -> None:
+    trace = samples(0, 600, **spec_counters(0.76))
+    d = decide_on(trace)
+    assert d.action is Action.HOLD and d.findings == ()
+
+
+BASELINES = {"nospec": [(1.0, 1000.0), (4.0, 600.0)]}
+
+
+def test_speculation_slower_than_plain_waits_for_calm_then_steps_to_nospec() -> None:
+    busy = samples(0, 200, requests_running=4.0, requests_waiting=0.0,
+                   generation_tokens_total=lambda t: t * 4 * 150)
+    d = decide_on(busy, baselines=BASELINES)
+    assert d.action is Action.HOLD and "deferred to a calm moment" in d.explanation
+    f = d.findings[0]
+    assert f.kind == "spec_slower_than_plain" and f.evidence["baseline_concurrency"] == 4.0
+    assert f.evidence["tokens_per_second_per_request"] == pytest.approx(150.0)
+    calm = busy[:-1] + samples(200, 200, requests_running=1.0, requests_waiting=0.0,
+                               generation_tokens_total=200 * 4 * 150)
+    d = decide_on(calm, baselines=BASELINES)
+    assert (d.action, d.rung) == (Action.STEP_DOWN, 2)
+
+
+def test_no_baseline_no_verdict_on_speed() -> None:
+    busy = samples(0, 200, requests_running=4.0, generation_tokens_total=lambda t: t * 600)
+    assert decide_on(busy).findings == ()
+
+
+def test_speculation_faster_than_plain_is_fine() -> None:
+    busy = samples(0, 200, requests_running=1.0, generation_tokens_total=lambda t: t * 1500)
+    assert decide_on(busy, baselines=BASELINES).findings == ()
+
+
+# -- load budget ---------------------------------------------------------------------
+
+def test_too_many_tokens_in_flight_sheds() -> None:
+    trace = samples(0, 20, rung=3, gateway_prompt_tokens_in_flight=6000,
+                    gateway_requests_in_flight=3)
+    d = decide_on(trace, LadderState(3))
+    assert (d.action, d.shed) == (Action.SHED, True)
+    assert d.findings[0].evidence["max_tokens_in_flight"] == 4000
+
+
+def test_no_gateway_no_budget_verdict() -> None:
+    assert decide_on(samples(0, 20, rung=3), LadderState(3)).findings == ()
