@@ -60,6 +60,14 @@ def _acceptance(before: dict[str, Any], after: dict[str, Any]) -> list[float] | 
     return [round((a - b) / drafts, 4) for a, b in zip(after[key], prior, strict=True)]
 
 
+def _tpot_rate(before: dict[str, Any], after: dict[str, Any]) -> float | None:
+    """Finished requests over the summed time per output token, between two scrapes."""
+    def delta(key: str) -> float:
+        return (after.get(key) or 0.0) - (before.get(key) or 0.0)
+    n, total = delta("request_tpot_count_total"), delta("request_tpot_sum_seconds_total")
+    return n / total if n > 0 and total > 0 else None
+
+
 async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: str,
                    concurrency: int, seconds: float, context: int) -> dict[str, Any]:
     base = launcher.base_url
@@ -85,7 +93,15 @@ async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: s
     done.set()
     await watcher
     after = await _metrics(client, base)
-    return {**summarize(records, elapsed), "seconds": elapsed,
+    summary = summarize(records, elapsed)
+    client_side = summary["tokens_per_second_per_request"]
+    server_side = _tpot_rate(before, after)
+    if server_side is not None:
+        # The same measure the live guard reads: decode speed from the engine's own
+        # time-per-output-token histogram (queueing and prefill excluded).
+        summary["tokens_per_second_per_request"] = server_side
+    return {**summary, "client_tokens_per_second_per_request": client_side,
+            "seconds": elapsed,
             "acceptance_by_position": _acceptance(before, after),
             "peak_rss_bytes": peak["rss"] or None, "mem_available_min_bytes": peak["avail"]}
 

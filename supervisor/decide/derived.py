@@ -31,6 +31,10 @@ class EngineRates:
     spec_acceptance_by_position: tuple[float, ...] | None = None
     spec_drafts: float | None = None
     """How many drafts the ratios rest on (a ratio over 3 drafts says little)."""
+    tokens_per_second_per_request: float | None = None
+    """Decode speed of one request: 1 / mean time per output token of the requests that
+    finished in the period (``vllm:request_time_per_output_token_seconds``)."""
+    requests_finished: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -53,6 +57,8 @@ def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
     accepted = inc("spec_decode_num_accepted_tokens_total")
     by_pos = window.increase_by_position("spec_decode_accepted_per_position_total", since)
     has_drafts = drafts is not None and drafts > 0
+    tpot_sum, tpot_n = inc("request_tpot_sum_seconds_total"), inc("request_tpot_count_total")
+    per_request = tpot_n / tpot_sum if tpot_n and tpot_sum else None
     return EngineRates(
         seconds=seconds,
         prompt_tokens_per_second=rate("prompt_tokens_total"),
@@ -66,4 +72,6 @@ def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
         spec_acceptance_by_position=(tuple(a / drafts for a in by_pos)
                                      if by_pos is not None and has_drafts else None),
         spec_drafts=drafts,
+        tokens_per_second_per_request=per_request,
+        requests_finished=tpot_n,
     )

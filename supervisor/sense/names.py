@@ -52,6 +52,14 @@ METRICS: dict[str, tuple[tuple[str, ...], Aggregate]] = {
         ("vllm:spec_decode_num_accepted_tokens_total",),
         "sum",
     ),
+    # Time per output token of each finished request (decode time / generated tokens):
+    # its count and sum give the per-request decode rate, robust to the sampling of the
+    # running-requests gauge and right with speculation (several tokens per step).
+    "request_tpot_sum_seconds_total": (
+        ("vllm:request_time_per_output_token_seconds_sum",),
+        "sum",
+    ),
+    "request_tpot_count_total": (("vllm:request_time_per_output_token_seconds_count",), "sum"),
 }
 
 #: Accepted draft tokens per draft position, one series per ``position`` label (0 first).

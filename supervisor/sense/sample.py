@@ -68,6 +68,10 @@ class Sample:
     spec_decode_num_drafts_total: float | None = None
     spec_decode_num_draft_tokens_total: float | None = None
     spec_decode_num_accepted_tokens_total: float | None = None
+    request_tpot_sum_seconds_total: float | None = None
+    """Sum over finished requests of their time per output token (seconds)."""
+    request_tpot_count_total: float | None = None
+    """Finished requests counted in that sum."""
     spec_decode_accepted_per_position_total: tuple[float, ...] | None = None
     """Accepted draft tokens by position in the draft (0 first), from
     ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``."""

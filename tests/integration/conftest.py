@@ -64,7 +64,7 @@ def demo_policy(tmp_path: Path, **overrides: Any) -> Path:
 class Service:
     """A ``supervisor run`` process and views of what it recorded."""
 
-    def __init__(self, policy_path: Path) -> None:
+    def __init__(self, policy_path: Path, extra_args: list[str] | None = None) -> None:
         self.policy_path = policy_path
         data = yaml.safe_load(policy_path.read_text())
         self.port = data["engine"]["port"]
@@ -72,7 +72,8 @@ class Service:
         self.log_path = policy_path.with_suffix(".log")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--policy", str(policy_path)],
+            [sys.executable, "-m", "supervisor", "run", "--policy", str(policy_path),
+             *(extra_args or [])],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         self._store: Store | None = None
 
@@ -146,8 +147,8 @@ class Service:
 def service_factory() -> Iterator[Callable[[Path], Service]]:
     started: list[Service] = []
 
-    def start(policy_path: Path) -> Service:
-        svc = Service(policy_path)
+    def start(policy_path: Path, extra_args: list[str] | None = None) -> Service:
+        svc = Service(policy_path, extra_args)
         started.append(svc)
         return svc
 

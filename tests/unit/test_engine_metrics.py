@@ -30,6 +30,8 @@ def test_real_scrape_exact_values() -> None:
         "spec_decode_num_draft_tokens_total": 126.0,
         "spec_decode_num_accepted_tokens_total": 0.0,
         "spec_decode_accepted_per_position_total": (0.0, 0.0),
+        "request_tpot_sum_seconds_total": 0.005702275761904282,
+        "request_tpot_count_total": 1.0,
     }
 
 

@@ -246,28 +246,39 @@ def test_overall_044_at_k8_with_position0_076_is_not_an_anomaly() -> None:
 BASELINES = {"nospec": [(1.0, 1000.0), (4.0, 600.0)]}
 
 
+def decoding(per_request_tps, running=4.0, **kw):
+    """4 requests finish every 10 s, each at ``per_request_tps`` tokens/s."""
+    return {"requests_running": running, "requests_waiting": 0.0,
+            "request_tpot_count_total": lambda t: 4.0 * (t // 10),
+            "request_tpot_sum_seconds_total": lambda t: 4.0 * (t // 10) / per_request_tps,
+            **kw}
+
+
 def test_speculation_slower_than_plain_waits_for_calm_then_steps_to_nospec() -> None:
-    busy = samples(0, 200, requests_running=4.0, requests_waiting=0.0,
-                   generation_tokens_total=lambda t: t * 4 * 150)
+    busy = samples(0, 200, **decoding(150.0))
     d = decide_on(busy, baselines=BASELINES)
     assert d.action is Action.HOLD and "deferred to a calm moment" in d.explanation
     f = d.findings[0]
     assert f.kind == "spec_slower_than_plain" and f.evidence["baseline_concurrency"] == 4.0
     assert f.evidence["tokens_per_second_per_request"] == pytest.approx(150.0)
-    calm = busy[:-1] + samples(200, 200, requests_running=1.0, requests_waiting=0.0,
-                               generation_tokens_total=200 * 4 * 150)
+    calm = busy[:-1] + samples(200, 200, **decoding(150.0, running=1.0))
     d = decide_on(calm, baselines=BASELINES)
     assert (d.action, d.rung) == (Action.STEP_DOWN, 2)
 
 
 def test_no_baseline_no_verdict_on_speed() -> None:
-    busy = samples(0, 200, requests_running=4.0, generation_tokens_total=lambda t: t * 600)
-    assert decide_on(busy).findings == ()
+    assert decide_on(samples(0, 200, **decoding(150.0))).findings == ()
 
 
 def test_speculation_faster_than_plain_is_fine() -> None:
-    busy = samples(0, 200, requests_running=1.0, generation_tokens_total=lambda t: t * 1500)
+    busy = samples(0, 200, **decoding(1500.0, running=1.0))
     assert decide_on(busy, baselines=BASELINES).findings == ()
+
+
+def test_too_few_finished_requests_give_no_verdict() -> None:
+    trace = samples(0, 200, requests_running=4.0, request_tpot_count_total=2.0,
+                    request_tpot_sum_seconds_total=0.1)
+    assert decide_on(trace, baselines=BASELINES).findings == ()
 
 
 # -- load budget ---------------------------------------------------------------------

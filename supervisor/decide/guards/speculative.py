@@ -8,8 +8,10 @@
   ~100% against a clearly lower median of the run's history: a known precursor,
   recorded (info). Acceptance is compared per position and only within one run (one k),
   never across different k: a k=8 run's overall 0.44 is not "low" next to a k=2 run.
-- No gain: per-request generation tokens/s under steady load below ``slower_ratio`` x the
-  calibrated baseline of the first rung without speculation at the nearest concurrency:
+- No gain: per-request decode speed (1 / mean time per output token of the requests that
+  finished in the period, ``vllm:request_time_per_output_token_seconds``) below
+  ``slower_ratio`` x the calibrated baseline of the first rung without speculation at the
+  nearest concurrency (mean of the running-requests gauge):
   step to that rung at the next calm moment (speculation can be slower than plain
   decoding at high concurrency, and an untrained MTP layer always is).
 Pure.
@@ -29,6 +31,8 @@ __all__ = ["GUARD", "check", "crash_signatures"]
 GUARD = "speculative"
 PER_POSITION = "spec_decode_accepted_per_position_total"
 DRAFTS = "spec_decode_num_drafts_total"
+#: Requests that must finish within the period before its decode speed is judged.
+MIN_FINISHED = 4
 
 
 def crash_signatures(sit: Situation) -> list[str]:
@@ -102,23 +106,26 @@ def _slower_than_plain(sit: Situation) -> list[Finding]:
     if now - s.engine_state_since_s < span:
         return []
     samples = [x for x in sit.run_samples() if x.t_s >= now - span]
-    running = [x.requests_running for x in samples]
-    if not samples or samples[0].t_s > now - 0.9 * span or any(
-            r is None or r < 1 for r in running):
-        return []                           # not under steady load the whole time
-    mean_running = statistics.fmean(running)
-    rate = Window.of(samples).rate("generation_tokens_total", span, now)
-    if rate is None:
+    if not samples or samples[0].t_s > now - 0.9 * span:
         return []
-    per_request = rate / mean_running
+    part = Window.of(samples)
+    tpot_sum = part.increase("request_tpot_sum_seconds_total", now - span)
+    finished = part.increase("request_tpot_count_total", now - span)
+    if tpot_sum is None or finished is None or finished[0] < MIN_FINISHED or tpot_sum[0] <= 0:
+        return []                           # not enough requests finished to judge
+    per_request = finished[0] / tpot_sum[0]
+    running = [x.requests_running for x in samples if x.requests_running is not None]
+    mean_running = statistics.fmean(running) if running else 1.0
     conc, base = min(baseline, key=lambda b: abs(b[0] - mean_running))
     if per_request >= cfg.slower_ratio * base:
         return []
     return [Finding(GUARD, "spec_slower_than_plain", Severity.WARNING,
-                    f"{sit.mode.name} gives {per_request:.0f} tokens/s per request at "
-                    f"{mean_running:.1f} running; {plain_mode} was calibrated at "
+                    f"{sit.mode.name} decodes {per_request:.0f} tokens/s per request "
+                    f"(~{mean_running:.1f} running); {plain_mode} was calibrated at "
                     f"{base:.0f} at {conc:g}: speculation does not pay",
-                    {"mode": sit.mode.name, "tokens_per_second_per_request": round(per_request, 1),
+                    {"mode": sit.mode.name,
+                     "tokens_per_second_per_request": round(per_request, 1),
+                     "requests_finished": finished[0],
                      "requests_running_mean": round(mean_running, 2),
                      "baseline_mode": plain_mode, "baseline_concurrency": conc,
                      "baseline_tokens_per_second_per_request": base,
