@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``supervisor`` command. Returns the exit status."""
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level)
+    if args.command != "run":
+        # A reader that goes away (`| head`) ends a listing quietly, as for coreutils.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         match args.command:
             case "run":
