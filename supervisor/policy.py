@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from supervisor.errors import PolicyError
-from supervisor.policy_guards import GatewayLimits, Guards, Hysteresis
+from supervisor.policy_guards import GatewayLimits, GatewaySpec, Guards, Hysteresis
 
 __all__ = [
     "ArgValue",
@@ -224,6 +224,7 @@ class Policy(_Model):
     restart: Restart = Restart()
     guards: Guards = Guards()
     hysteresis: Hysteresis = Hysteresis()
+    gateway: GatewaySpec = GatewaySpec()
     sampling: Sampling = Sampling()
     storage: Storage = Storage()
 
@@ -235,6 +236,11 @@ class Policy(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"modes: names must be unique, repeated: {', '.join(dupes)}")
+        if self.gateway.enabled and self.gateway.host == self.engine.host \
+                and self.gateway.port == self.engine.port:
+            raise ValueError(f"gateway.port {self.gateway.port} is the engine's port too")
+        if self.gateway.auth == "keys" and not self.gateway.api_keys:
+            raise ValueError("gateway.auth is keys but gateway.api_keys is empty")
         if self.initial_mode is not None and self.initial_mode not in names:
             raise ValueError(f"initial_mode {self.initial_mode!r} is not one of the modes: "
                              f"{', '.join(names)}")

@@ -13,8 +13,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "ApiKey",
     "EngineHungGuard",
     "GatewayLimits",
+    "GatewaySpec",
     "Guards",
     "Hysteresis",
     "LoadBudgetGuard",
@@ -202,3 +204,38 @@ class GatewayLimits(_Model):
     max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
     max_tokens_in_flight: Annotated[int, Field(ge=1)] | None = None
     """Budget of prompt tokens in flight (the load-budget guard sheds above it)."""
+
+
+class ApiKey(_Model):
+    """One agent's key, stored as its SHA-256 hex digest (never the key itself)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class GatewaySpec(_Model):
+    """The gateway agents talk to instead of the engine (an OpenAI-compatible proxy)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    auth: str = "passthrough"
+    """``passthrough``: the client's Authorization header goes to the engine as is.
+    ``keys``: only the keys listed in ``api_keys`` are admitted (one fleet cannot use
+    another's box); the engine then gets ``upstream_api_key_env``'s key, if set."""
+    api_keys: list[ApiKey] = []
+    upstream_api_key_env: str | None = None
+    drain_timeout_seconds: Annotated[float, Field(ge=0)] = 60.0
+    """At a planned switch, in-flight requests get this long to finish before the stop."""
+    hold_timeout_seconds: Seconds = 600.0
+    """A request queued while the engine is switched waits at most this long."""
+    upstream_timeout_seconds: Seconds = 600.0
+    """Longest wait for the engine's next byte (a long generation streams; a long
+    non-streaming completion only answers at the end)."""
+
+    @field_validator("auth")
+    @classmethod
+    def _auth(cls, auth: str) -> str:
+        if auth not in ("passthrough", "keys"):
+            raise ValueError(f"auth must be passthrough or keys, got {auth!r}")
+        return auth

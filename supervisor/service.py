@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from prometheus_client import CollectorRegistry
 
 from supervisor.act.effects import Executor, GatewayControl
 from supervisor.act.launcher import EngineLauncher, EngineRun
@@ -24,6 +25,7 @@ from supervisor.decide.decision import Decision
 from supervisor.decide.ladder import LadderState, advance, pause, pin, resume, unpin
 from supervisor.decide.window import Window
 from supervisor.errors import EngineStopTimeout
+from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.record.baselines import load_baselines
 from supervisor.record.store import Incident, Store
@@ -53,8 +55,13 @@ class Supervisor:
                  gateway_control: GatewayControl | None = None,
                  trace_path: Path | None = None) -> None:
         self.policy = policy
+        self.registry = CollectorRegistry()
         self.writer = RecordWriter(store)
         self.launcher = EngineLauncher(policy, on_change=self._on_engine_change)
+        self.gateway: Gateway | None = None
+        if policy.gateway.enabled and gateway is None and gateway_control is None:
+            self.gateway = Gateway(policy, rung=policy.initial_rung, registry=self.registry)
+            gateway = gateway_control = self.gateway
         self.sensors = Sensors(
             policy, gpu=GpuSensor(index=policy.sampling.gpu_index),
             kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
@@ -90,6 +97,8 @@ class Supervisor:
             self.trace.header(fleet=self.policy.fleet, t0_s=self.ladder.since_s,
                               baselines=self.baselines)
         await self._clear_leftovers()
+        if self.gateway is not None:
+            await self.gateway.start()
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         scheduler.add_job(self._scheduled_tick, "interval",
                           seconds=self.policy.sampling.tick_seconds, max_instances=1,
@@ -113,12 +122,16 @@ class Supervisor:
         async with self._tick_lock:
             if self._action is not None:
                 await asyncio.gather(self._action, return_exceptions=True)
+            if self.gateway is not None:
+                await self.gateway.hold("supervisor shutting down")
             try:
                 await self.launcher.stop(reason="supervisor shutting down")
             except EngineStopTimeout as exc:
                 logger.error("%s", exc)
                 self.exit_code = self.exit_code or 1
         await self.launcher.close()
+        if self.gateway is not None:
+            await self.gateway.stop()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -29,9 +29,9 @@ LOG_TAIL_LINES = 80
 class GatewayControl(Protocol):
     """What the executor asks of the gateway around a switch (the gateway implements it)."""
 
-    async def hold(self, reason: str) -> None:
-        """Stop admitting new requests to the engine (they queue) and let in-flight
-        ones finish, waiting at most the drain timeout."""
+    async def hold(self, reason: str, *, drain: bool = True) -> None:
+        """Stop admitting new requests to the engine (they queue); with ``drain``, let
+        in-flight ones finish, waiting at most the drain timeout."""
 
     def release(self, rung: int) -> None:
         """The engine is serving in ``rung``: admit again, with that mode's limits."""
@@ -124,6 +124,8 @@ class Executor:
             crash = CrashReason(worst.kind)
         emergency = worst.kind if decision.action is Action.KILL_NOW and worst else None
         reason = f"{decision.action}: {worst.kind}" if worst else str(decision.action)
+        if self.gateway is not None:
+            await self.gateway.hold(reason, drain=False)
         await self.launcher.kill(reason=reason, crash=crash, emergency=emergency)
 
     async def _start(self, rung: int) -> None:

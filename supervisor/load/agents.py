@@ -98,6 +98,9 @@ class AgentLoad:
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[6:])
+                    if chunk.get("error"):
+                        return RequestRecord(t0, ttft, time.monotonic() - t0, 0, 0, False,
+                                             f"error event: {chunk['error']}"), ""
                     if chunk.get("usage"):
                         usage = chunk["usage"]
                     for choice in chunk.get("choices") or ():

@@ -33,11 +33,16 @@ state: dict = {"core_dead": False, "metrics": "", "hang": False, "completions": 
 
 
 class Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 with chunked streams, as uvicorn serves vLLM: a stream cut off mid-way is
+    # then an incomplete chunked body, not a clean end of an HTTP/1.0 response.
+    protocol_version = "HTTP/1.1"
     def do_GET(self) -> None:
         if self.path == "/health":
             self._send(503 if state["core_dead"] else 200, b"")
         elif self.path == "/metrics":
             self._send(200, state["metrics"].encode())
+        elif self.path == "/debug/last-auth":
+            self._send(200, json.dumps({"authorization": state.get("last_auth")}).encode())
         elif self.path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [
                 {"id": "fake-model", "object": "model"}]}).encode())
@@ -46,8 +51,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
-        self.rfile.read(length)
+        raw = self.rfile.read(length)
         state["completions"] += 1
+        state["last_auth"] = self.headers.get("Authorization")
+        body = json.loads(raw or b"{}")
+        if self.path == "/tokenize":
+            text = " ".join(m.get("content", "") for m in body.get("messages", [])) \
+                or body.get("prompt", "")
+            self._send(200, json.dumps({"count": len(text.split()), "max_model_len": 1024,
+                                        "tokens": []}).encode())
+            return
+        if self.path == "/v1/chat/completions":
+            self._chat(body)
+            return
         if self.path != "/v1/completions":
             self._send(404, b"{}")
             return
@@ -56,6 +72,40 @@ class Handler(BaseHTTPRequestHandler):
         body = {"object": "text_completion", "choices": [{"index": 0, "text": "!"}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
         self._send(200, json.dumps(body).encode())
+
+    def _chat(self, body: dict) -> None:
+        """An OpenAI chat completion of ``state["tokens"]`` words, streamed or not."""
+        words = [f"w{i}" for i in range(state["tokens"])]
+        if not body.get("stream"):
+            time.sleep(state["delay"] * len(words))
+            reply = {"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
+                     "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                         "role": "assistant", "content": " ".join(words)}}],
+                     "usage": {"prompt_tokens": 3, "completion_tokens": len(words),
+                               "total_tokens": 3 + len(words)}}
+            self._send(200, json.dumps(reply).encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i, word in enumerate(words):
+            if state["break_after"] is not None and i == state["break_after"]:
+                os._exit(1)                      # the engine dies mid-stream
+            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                     "model": "fake-model", "choices": [{"index": 0, "delta": {
+                         "content": word + " "}, "finish_reason": None}]}
+            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+            time.sleep(state["delay"])
+        usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
+                 "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(words),
+                                          "total_tokens": 3 + len(words)}}
+        self._chunk(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        self._chunk(b"")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
     def _send(self, code: int, body: bytes) -> None:
         self.send_response(code)
@@ -88,10 +138,16 @@ def main() -> None:
                    help="fixture under tests/fixtures/vllm/0.32.0 served as /metrics")
     p.add_argument("--hang-completions", action="store_true",
                    help="accept /v1/completions requests and never answer them")
+    p.add_argument("--tokens", type=int, default=5, help="words per chat completion")
+    p.add_argument("--token-delay", type=float, default=0.0, help="seconds between words")
+    p.add_argument("--break-stream-after", type=int, default=None,
+                   help="die (exit 1) after sending this many words of a stream")
     args, _vllm_flags = p.parse_known_args()  # accept any other vLLM flag
     print(f"fake engine pid {os.getpid()} args {sys.argv[1:]}", flush=True)
     state["metrics"] = (FIXTURES / args.metrics).read_text()
     state["hang"] = args.hang_completions
+    state["tokens"], state["delay"] = args.tokens, args.token_delay
+    state["break_after"] = args.break_stream_after
     if args.bad_flag:
         print("error: unrecognized arguments: --bad-flag", flush=True)
         sys.exit(2)

@@ -50,6 +50,7 @@ def demo_policy(tmp_path: Path, **overrides: Any) -> Path:
     data = yaml.safe_load((ROOT / "policies" / "cpu-demo.yaml").read_text())
     data["engine"]["working_directory"] = str(ROOT)
     data["engine"]["port"] = free_port()
+    data["gateway"] = {**data.get("gateway", {}), "port": free_port()}
     data["storage"] = {"state_directory": str(tmp_path / "state")}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -68,6 +69,7 @@ class Service:
         self.policy_path = policy_path
         data = yaml.safe_load(policy_path.read_text())
         self.port = data["engine"]["port"]
+        self.gateway_port = data["gateway"]["port"]
         self.db = f"sqlite:///{data['storage']['state_directory']}/supervisor.db"
         self.log_path = policy_path.with_suffix(".log")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()

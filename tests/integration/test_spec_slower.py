@@ -1,7 +1,8 @@
 """Live, on the CPU demo's ladder with steady traffic: the untrained MTP layer makes the
 top rung slower than the calibrated no-speculation rung; the supervisor sees it, steps
-down to no speculation, and the transition carries the evidence. The run is recorded,
-and replaying the trace gives the decisions the live run made."""
+down to no speculation, and the transition carries the evidence. The traffic is 16
+streaming agent sessions through the gateway: across the switch not one request fails.
+The run is recorded, and replaying the trace gives the decisions the live run made."""
 
 from __future__ import annotations
 
@@ -33,20 +34,27 @@ def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_fact
     (run1,) = svc.ready_runs(1)
     assert run1.mode == "mtp2"
     stop = threading.Event()
+    records = []
 
     def traffic() -> None:
         while not stop.is_set():
-            load = AgentLoad(f"http://127.0.0.1:{svc.port}", "tiny-agent", concurrency=4,
-                             context_limit_tokens=1024)
-            asyncio.run(load.run(5))
+            load = AgentLoad(f"http://127.0.0.1:{svc.gateway_port}", "tiny-agent",
+                             concurrency=16, context_limit_tokens=900, timeout_seconds=300)
+            records.extend(asyncio.run(load.run(5)))
 
     thread = threading.Thread(target=traffic, daemon=True)
     thread.start()
     try:
         tr = svc.wait("step down for speed", lambda: svc.store.transitions(), timeout=240)[0]
+        svc.ready_runs(2)
+        n = len(records)
+        svc.wait("traffic on the new engine", lambda: len(records) > n + 16, timeout=120)
     finally:
         stop.set()
-        thread.join(60)
+        thread.join(300)
+    failed = [r for r in records if not r.ok]
+    assert not failed, f"{len(failed)} of {len(records)} failed: {failed[:3]}"
+    assert len(records) > 50
     assert (tr.from_mode, tr.to_mode, tr.actor) == ("mtp2", "nospec", "guard:speculative")
     incident = next(i for i in svc.store.incidents() if i.id == tr.incident_id)
     assert incident.kind == "spec_slower_than_plain" and incident.severity == "warning"

@@ -1,0 +1,140 @@
+"""``Gateway``: the proxy's state and its two faces, for the service and for uvicorn.
+
+To the executor it is the ``GatewayControl`` (hold before a switch, release after,
+shed); to the sensors a ``GatewayLoadSource`` (in flight, queued, their prompt tokens).
+It serves with uvicorn inside the supervisor's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+import httpx
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from supervisor.gateway.admission import Admission
+from supervisor.gateway.metrics import GatewayMetrics
+from supervisor.gateway.proxy import create_app
+from supervisor.policy import Policy
+from supervisor.sense.gateway_load import GatewayLoad
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger(__name__)
+
+
+class Gateway:
+    """The proxy in front of the engine of ``policy``, starting in ``rung``'s limits.
+
+    It starts held: requests queue until ``release`` says the engine is ready.
+    """
+
+    def __init__(self, policy: Policy, *, rung: int, registry: CollectorRegistry) -> None:
+        self.policy = policy
+        self.spec = policy.gateway
+        eng = policy.engine
+        self.base_url = f"http://{eng.host}:{eng.port}"
+        self.mode_name = policy.modes[rung].name
+        self.admission = Admission(policy.modes[rung].gateway,
+                                   shed_factor=policy.hysteresis.shed_factor,
+                                   hold_timeout_seconds=self.spec.hold_timeout_seconds)
+        self.admission.hold()
+        self.metrics = GatewayMetrics(registry)
+        self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
+        env = self.spec.upstream_api_key_env
+        self.upstream_key = os.environ.get(env) if env else None
+        self.epoch = 0
+        """Bumped at every hold: a request that started in an older epoch met a switch."""
+        self._ready = asyncio.Event()
+        timeout = httpx.Timeout(self.spec.upstream_timeout_seconds, connect=5.0)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=64))
+        self.app = create_app(self)
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- GatewayLoadSource -----------------------------------------------------------
+
+    def gateway_load(self) -> GatewayLoad:
+        """What the gateway holds now (prompt tokens are the gateway's estimates)."""
+        a = self.admission
+        self.metrics.in_flight.set(a.in_flight)
+        self.metrics.queued.set(a.queued)
+        return GatewayLoad(a.in_flight, a.queued, a.prompt_tokens_in_flight,
+                           a.prompt_tokens_queued)
+
+    # -- GatewayControl --------------------------------------------------------------
+
+    async def hold(self, reason: str, *, drain: bool = True) -> None:
+        """Stop admitting (new requests queue); with ``drain``, wait until in-flight
+        requests finish or ``drain_timeout_seconds`` pass."""
+        self.admission.hold()
+        self._ready.clear()
+        self.epoch += 1
+        logger.info("gateway holding new requests (%s); %d in flight", reason,
+                    self.admission.in_flight)
+        if drain and self.admission.in_flight:
+            done = await self.admission.drained(self.spec.drain_timeout_seconds)
+            logger.info("gateway drain %s: %d still in flight", "complete" if done else
+                        "timed out", self.admission.in_flight)
+
+    def release(self, rung: int) -> None:
+        """The engine serves in ``rung``: its limits apply and the queue moves."""
+        self.mode_name = self.policy.modes[rung].name
+        self.admission.set_limits(self.policy.modes[rung].gateway)
+        self.admission.set_shed(False)
+        self._ready.set()
+        self.admission.release()
+        logger.info("gateway admitting for mode %s (%d queued)", self.mode_name,
+                    self.admission.queued)
+
+    def set_shed(self, shed: bool) -> None:
+        """Lower (True) or restore the current mode's limits."""
+        self.admission.set_shed(shed)
+
+    # -- for the proxy ----------------------------------------------------------------
+
+    def switched(self, epoch: int) -> bool:
+        """Whether a hold happened since ``epoch`` (or one is going on)."""
+        return self.epoch != epoch or self.admission.held
+
+    async def wait_ready(self) -> bool:
+        """Wait until the engine is ready again (at most ``hold_timeout_seconds``)."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), self.spec.hold_timeout_seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- serving ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve on ``gateway.host:port`` in the running loop. Raises OSError if the
+        port cannot be bound."""
+        config = uvicorn.Config(self.app, host=self.spec.host, port=self.spec.port,
+                                log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        # uvicorn takes SIGINT/SIGTERM with signal.signal() while it serves; the service
+        # owns those signals (it must drain and stop the engine first).
+        self._server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        self._task = asyncio.get_running_loop().create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()   # raises the bind error
+                raise OSError(f"gateway could not start on {self.spec.host}:{self.spec.port}")
+            await asyncio.sleep(0.02)
+        logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
+                    self.spec.port)
+
+    async def stop(self) -> None:
+        """Stop serving and close the upstream connections."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.client.aclose()
