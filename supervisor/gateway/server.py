@@ -12,13 +12,14 @@ import contextlib
 import logging
 import os
 
+import aiohttp
 import httpx
 import uvicorn
 from prometheus_client import CollectorRegistry
 
 from supervisor.gateway.admission import Admission
 from supervisor.gateway.metrics import GatewayMetrics
-from supervisor.gateway.proxy import create_app
+from supervisor.gateway.proxy import GatewayApp
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
 
@@ -50,10 +51,11 @@ class Gateway:
         self.epoch = 0
         """Bumped at every hold: a request that started in an older epoch met a switch."""
         self._ready = asyncio.Event()
-        timeout = httpx.Timeout(self.spec.upstream_timeout_seconds, connect=5.0)
-        self.client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(
-            max_connections=None, max_keepalive_connections=64))
-        self.app = create_app(self)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
+        """For the occasional side request (/tokenize)."""
+        self.upstream: aiohttp.ClientSession | None = None
+        """The proxied traffic's client: opened in ``start`` (it needs the running loop)."""
+        self.app = GatewayApp(self)
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -98,6 +100,11 @@ class Gateway:
 
     # -- for the proxy ----------------------------------------------------------------
 
+    @property
+    def ready(self) -> bool:
+        """Whether the engine is serving (not starting, not being switched)."""
+        return self._ready.is_set()
+
     def switched(self, epoch: int) -> bool:
         """Whether a hold happened since ``epoch`` (or one is going on)."""
         return self.epoch != epoch or self.admission.held
@@ -115,6 +122,11 @@ class Gateway:
     async def start(self) -> None:
         """Serve on ``gateway.host:port`` in the running loop. Raises OSError if the
         port cannot be bound."""
+        self.upstream = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, connect=5.0,
+                                          sock_read=self.spec.upstream_timeout_seconds),
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+            auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
         config = uvicorn.Config(self.app, host=self.spec.host, port=self.spec.port,
                                 log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=5)
@@ -138,3 +150,5 @@ class Gateway:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         await self.client.aclose()
+        if self.upstream is not None:
+            await self.upstream.close()

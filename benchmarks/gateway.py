@@ -1,0 +1,258 @@
+"""Gateway overhead against the real CPU engine, side by side with nginx and LiteLLM.
+
+    .venv/bin/python benchmarks/gateway.py [--rounds 150] [--seconds 6] [--streams 8]
+
+One process tree, one upstream: the CPU engine (the tiny Llama target, no speculation,
+the fastest mode, so proxy overhead shows) pinned to core 0 with ``taskset``; the
+supervisor's gateway, nginx (``proxy_buffering off``, upstream keepalive) and LiteLLM's
+proxy (its own virtual environment, .bench-venv/litellm, created on first use, run
+offline) and this client all on core 1. Paths are interleaved round by round, so drift
+in the box's load hits every path alike. Prints, per path: latency p50/p99 of a short
+request (1 token) and what it adds to direct, requests/s with 8 concurrent clients,
+streaming tokens/s and time to first token, each as a ratio to direct.
+Needs: .engine-venv and .demo-models (make setup), nginx on PATH (Debian: nginx-light).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.conftest import free_port  # noqa: E402
+
+ENGINE_PY = ROOT / ".engine-venv" / "bin" / "python"
+LITELLM_VENV = ROOT / ".bench-venv" / "litellm"
+MODEL = "tiny"
+
+GATEWAY_RUNNER = """
+import asyncio, sys
+from prometheus_client import CollectorRegistry
+from supervisor.gateway.server import Gateway
+from supervisor.policy import load_policy_file
+async def main():
+    gw = Gateway(load_policy_file(sys.argv[1]), rung=0, registry=CollectorRegistry())
+    await gw.start(); gw.release(0)
+    await asyncio.Event().wait()
+import uvloop
+uvloop.run(main())
+"""
+
+NGINX_CONF = """
+worker_processes 1;
+error_log {tmp}/nginx-error.log warn;
+pid {tmp}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  upstream engine {{ server 127.0.0.1:{engine}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+    }}
+  }}
+}}
+"""
+
+
+def wait_http(url: str, timeout: float = 300, headers: dict | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1, headers=headers).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{url} did not come up")
+
+
+def litellm_python() -> Path:
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if not exe.exists():
+        print("creating", LITELLM_VENV, "(pip install 'litellm[proxy]')", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q",
+                        "litellm[proxy]"], check=True)
+    return exe
+
+
+def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
+    engine, gw, ngx, lt = free_port(), free_port(), free_port(), free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmp)}
+    procs.append(subprocess.Popen(
+        ["taskset", "-c", "0", str(ENGINE_PY), "-m", "vllm.entrypoints.openai.api_server",
+         "--model", str(ROOT / ".demo-models" / "target"), "--served-model-name", MODEL,
+         "--port", str(engine), "--max-model-len", "1024", "--max-num-seqs", "16",
+         "--enforce-eager"], env=env, stdout=open(tmp / "engine.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT, start_new_session=True))
+    policy = {"fleet": "bench", "engine": {"executable": "vllm", "port": engine},
+              "modes": [{"name": "plain"}], "gateway": {"port": gw},
+              "storage": {"state_directory": str(tmp)}}
+    (tmp / "gw.yaml").write_text(yaml.safe_dump(policy))
+    procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", GATEWAY_RUNNER,
+                                   str(tmp / "gw.yaml")], cwd=ROOT, start_new_session=True))
+    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, engine=engine, port=ngx))
+    procs.append(subprocess.Popen(["taskset", "-c", "1", shutil.which("nginx") or "nginx",
+                                   "-c", str(tmp / "nginx.conf"), "-p", str(tmp),
+                                   "-g", "daemon off;"], start_new_session=True))
+    cfg = {"model_list": [{"model_name": MODEL, "litellm_params": {
+        "model": f"openai/{MODEL}", "api_base": f"http://127.0.0.1:{engine}/v1",
+        "api_key": "none"}}], "litellm_settings": {"telemetry": False}}
+    (tmp / "litellm.yaml").write_text(yaml.safe_dump(cfg))
+    lenv = {**os.environ, "LITELLM_MASTER_KEY": "sk-bench", "LITELLM_TELEMETRY_DISABLED": "true",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    procs.append(subprocess.Popen(["taskset", "-c", "1", str(litellm_python()), "--config",
+                                   str(tmp / "litellm.yaml"), "--port", str(lt),
+                                   "--num_workers", "1"], env=lenv,
+                                  stdout=open(tmp / "litellm.log", "w"),  # noqa: SIM115
+                                  stderr=subprocess.STDOUT, start_new_session=True))
+    wait_http(f"http://127.0.0.1:{engine}/health")
+    wait_http(f"http://127.0.0.1:{lt}/health/liveliness")
+    paths = {"direct": {"url": f"http://127.0.0.1:{engine}", "headers": {}},
+             "gateway": {"url": f"http://127.0.0.1:{gw}", "headers": {}},
+             "nginx": {"url": f"http://127.0.0.1:{ngx}", "headers": {}},
+             "litellm": {"url": f"http://127.0.0.1:{lt}",
+                         "headers": {"Authorization": "Bearer sk-bench"}}}
+    for p in paths.values():
+        wait_http(p["url"] + "/v1/models", headers=p["headers"])
+    return paths
+
+
+async def short(client: httpx.AsyncClient, p: dict) -> float:
+    t0 = time.perf_counter()
+    r = await client.post(p["url"] + "/v1/completions", headers=p["headers"], json={
+        "model": MODEL, "prompt": "I will read", "max_tokens": 1, "temperature": 0})
+    r.raise_for_status()
+    return time.perf_counter() - t0
+
+
+async def throughput(p: dict, clients: int, seconds: float) -> float:
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(c: httpx.AsyncClient) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            r = await c.post(p["url"] + "/v1/completions", headers=p["headers"], json={
+                "model": MODEL, "prompt": "I will read the file", "max_tokens": 16,
+                "temperature": 0, "ignore_eos": True})
+            r.raise_for_status()
+            done += 1
+
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as c:
+        await asyncio.gather(*(worker(c) for _ in range(clients)))
+    return done / (time.perf_counter() - t0)
+
+
+async def stream(client: httpx.AsyncClient, p: dict, tokens: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    first = None
+    n = 0
+    async with client.stream("POST", p["url"] + "/v1/chat/completions", headers=p["headers"],
+                             json={"model": MODEL, "max_tokens": tokens, "temperature": 0,
+                                   "ignore_eos": True, "stream": True,
+                                   "stream_options": {"include_usage": True},
+                                   "messages": [{"role": "user", "content": "hi"}]}) as r:
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and first is None:
+                first = time.perf_counter()
+            if chunk.get("usage"):
+                n = chunk["usage"]["completion_tokens"]
+    end = time.perf_counter()
+    return (first or end) - t0, n / (end - (first or t0))
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def measure(paths: dict, rounds: int, seconds: float, streams: int) -> None:
+    names = list(paths)
+    lat = {n: [] for n in names}
+    rps = {n: [] for n in names}
+    tps = {n: [] for n in names}
+    ttft = {n: [] for n in names}
+    async with httpx.AsyncClient(timeout=120) as client:
+        for n in names:                                       # warm every path
+            for _ in range(5):
+                await short(client, paths[n])
+        for i in range(rounds):
+            order = names[i % len(names):] + names[:i % len(names)]
+            for n in order:
+                lat[n].append(await short(client, paths[n]))
+        for i in range(3):
+            for n in names[i % len(names):] + names[:i % len(names)]:
+                rps[n].append(await throughput(paths[n], 8, seconds))
+        for i in range(streams):
+            for n in names[i % len(names):] + names[:i % len(names)]:
+                first, rate = await stream(client, paths[n], 400)
+                ttft[n].append(first)
+                tps[n].append(rate)
+    d50, d99 = pct(lat["direct"], 0.5), pct(lat["direct"], 0.99)
+    d_rps, d_tps = statistics.median(rps["direct"]), statistics.median(tps["direct"])
+    print(f"\n{'path':8s} {'p50 ms':>7s} {'p99 ms':>7s} {'+p50 ms':>8s} {'+p99 ms':>8s} "
+          f"{'req/s@8':>8s} {'ratio':>6s} {'stream tok/s':>12s} {'ratio':>6s} {'ttft ms':>8s}")
+    for n in names:
+        p50, p99 = pct(lat[n], 0.5), pct(lat[n], 0.99)
+        r, t = statistics.median(rps[n]), statistics.median(tps[n])
+        print(f"{n:8s} {p50 * 1e3:7.2f} {p99 * 1e3:7.2f} {(p50 - d50) * 1e3:8.2f} "
+              f"{(p99 - d99) * 1e3:8.2f} {r:8.1f} {r / d_rps:6.3f} {t:12.1f} {t / d_tps:6.3f} "
+              f"{statistics.median(ttft[n]) * 1e3:8.1f}")
+    print(f"\n{rounds} short requests per path (interleaved), 3 x {seconds:g} s of 8 clients, "
+          f"{streams} streams of 400 tokens; engine on core 0, proxies and client on core 1.")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=150)
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--streams", type=int, default=8)
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {1})
+    tmp = Path(tempfile.mkdtemp(prefix="gwb-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        paths = start_all(tmp, procs)
+        asyncio.run(measure(paths, args.rounds, args.seconds, args.streams))
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
