@@ -66,7 +66,7 @@ def fake_engine_policy(tmp_path: Path, *, fake_args: list[str] | None = None,
 def pg_url() -> Iterator[str]:
     """A PostgreSQL URL whose search_path is a fresh schema, dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL)
+    admin = create_engine(PG_URL, pool_pre_ping=True)  # survives a server restart in a test
     try:
         with admin.begin() as conn:
             conn.execute(text(f"CREATE SCHEMA {schema}"))

@@ -15,6 +15,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -23,11 +24,14 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "AppliedRecordRow",
     "Base",
     "EngineRunRow",
     "IncidentRow",
     "ModeBaselineRow",
     "ModeTransitionRow",
+    "ServiceRunRow",
+    "TelemetryRow",
     "UTCDateTime",
 ]
 
@@ -71,6 +75,7 @@ class EngineRunRow(Base):
     mode: Mapped[str] = mapped_column(String(64))
     rung: Mapped[int]
     argv: Mapped[list[Any]]
+    """The argument vector, secrets masked (``supervisor.record.privacy.mask_argv``)."""
     pid: Mapped[int | None]
     port: Mapped[int]
     log_path: Mapped[str] = mapped_column(Text)
@@ -85,6 +90,8 @@ class EngineRunRow(Base):
     """stopped | crashed | start_failed | start_timeout | spawn_failed |
     engine_core_died | orphan_killed; None while it runs."""
     error: Mapped[str | None] = mapped_column(Text)
+    engine_version: Mapped[str | None] = mapped_column(Text)
+    """vLLM's version (``GET /version``) when known."""
 
 
 class IncidentRow(Base):
@@ -98,6 +105,9 @@ class IncidentRow(Base):
     kind: Mapped[str] = mapped_column(String(64), index=True)
     severity: Mapped[str] = mapped_column(String(16))
     started_at: Mapped[datetime] = mapped_column(index=True)
+    ended_at: Mapped[datetime | None]
+    """When it was over, where known (an unclean stop: from the last heartbeat to the
+    next start); None for a moment-like incident."""
     mode: Mapped[str | None] = mapped_column(String(64))
     rung: Mapped[int | None]
     run_id: Mapped[str | None] = mapped_column(String(40))
@@ -150,3 +160,77 @@ class ModeBaselineRow(Base):
     mem_available_min_bytes: Mapped[int | None] = mapped_column(BigInteger)
     seconds: Mapped[float] = mapped_column(Float)
     requests: Mapped[int]
+
+
+class TelemetryRow(Base):
+    """A down-sampled stretch of Samples: gauges averaged, counters turned into rates.
+
+    ``at`` is the start of the stretch and ``resolution_seconds`` its length (10, or 60
+    after retention down-sampled the day-old rows). Every value is None when unknown.
+    """
+
+    __tablename__ = "telemetry"
+    __table_args__ = (Index("ix_telemetry_fleet_at", "fleet", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fleet: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    resolution_seconds: Mapped[int]
+    mode: Mapped[str | None] = mapped_column(String(64))
+    rung: Mapped[int | None]
+    engine_state: Mapped[str | None] = mapped_column(String(16))
+    run_id: Mapped[str | None] = mapped_column(String(40))
+    mem_available_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    psi_memory_some_avg10_ratio: Mapped[float | None] = mapped_column(Float)
+    psi_memory_full_avg10_ratio: Mapped[float | None] = mapped_column(Float)
+    host_cpu_usage_ratio: Mapped[float | None] = mapped_column(Float)
+    tick_lateness_seconds: Mapped[float | None] = mapped_column(Float)
+    gpu_temperature_c: Mapped[float | None] = mapped_column(Float)
+    gpu_power_w: Mapped[float | None] = mapped_column(Float)
+    gpu_utilization_ratio: Mapped[float | None] = mapped_column(Float)
+    engine_rss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    engine_pss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    health_latency_seconds: Mapped[float | None] = mapped_column(Float)
+    kv_cache_usage_ratio: Mapped[float | None] = mapped_column(Float)
+    requests_running: Mapped[float | None] = mapped_column(Float)
+    requests_waiting: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens_per_second: Mapped[float | None] = mapped_column(Float)
+    generation_tokens_per_second: Mapped[float | None] = mapped_column(Float)
+    preemptions_per_second: Mapped[float | None] = mapped_column(Float)
+    spec_acceptance_ratio: Mapped[float | None] = mapped_column(Float)
+    tokens_per_second_per_request: Mapped[float | None] = mapped_column(Float)
+
+
+class ServiceRunRow(Base):
+    """One life of the supervisor process. ``stopped_at`` is the clean-stop marker: a row
+    without it that is not the running service was killed, or its host went down."""
+
+    __tablename__ = "service_runs"
+    __table_args__ = (Index("ix_service_runs_fleet_host", "fleet", "host"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    service_run_id: Mapped[str] = mapped_column(String(40), unique=True, index=True)
+    fleet: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int]
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    """``/proc/sys/kernel/random/boot_id`` at start: a different one later means the
+    host rebooted in between."""
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime | None]
+    stopped_at: Mapped[datetime | None]
+    exit_code: Mapped[int | None]
+    policy_path: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[str | None] = mapped_column(String(32))
+
+
+class AppliedRecordRow(Base):
+    """Idempotency keys of the records applied (``supervisor.record.records``): a spooled
+    record whose key is here was written already and is skipped on replay."""
+
+    __tablename__ = "applied_records"
+
+    key: Mapped[str] = mapped_column(String(40), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    applied_at: Mapped[datetime] = mapped_column(index=True)

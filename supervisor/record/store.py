@@ -1,9 +1,12 @@
-"""The incident store: engine runs, incidents and mode transitions, through SQLAlchemy 2.
+"""The incident store: engine runs, incidents, mode transitions, baselines, through
+SQLAlchemy 2; ``apply`` writes any record (``records``) exactly once.
 
 SQLite (WAL, busy timeout) is the default; PostgreSQL works with the same code for a
 fleet sharing one database (rows carry the fleet and host name). Calls are synchronous
 and short; async callers run them with ``asyncio.to_thread``. SQLAlchemy errors are
-translated to ``StoreError`` here, once.
+translated to ``StoreError`` here, once (engines and migrations: ``database``). More
+reads and writes live beside it as functions taking ``store=``: ``service_runs``,
+``telemetry``, ``queries``, ``retention``.
 """
 
 from __future__ import annotations
@@ -11,118 +14,37 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import create_engine, event, select
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from supervisor.errors import StoreError
+from supervisor.record import writes
+from supervisor.record.database import (
+    MIGRATIONS_DIR,
+    SQLITE_BUSY_TIMEOUT_MS,
+    downgrade,
+    is_unavailable,
+    make_engine,
+    upgrade,
+)
 from supervisor.record.models import (
+    AppliedRecordRow,
     EngineRunRow,
     IncidentRow,
     ModeBaselineRow,
     ModeTransitionRow,
 )
+from supervisor.record.records import AddRun, Incident, Record, Transition
 
-__all__ = ["MIGRATIONS_DIR", "Incident", "Store", "make_engine", "upgrade"]
-
-#: Alembic scripts, at the top of the repository (the design card's ``migrations/``).
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-
-#: How long SQLite waits on a lock held by another writer before failing, in ms.
-SQLITE_BUSY_TIMEOUT_MS = 5000
-
-
-@dataclass(frozen=True)
-class Incident:
-    """One incident as the executor reports it (the value type that reaches the store).
-
-    ``findings``: the guards' findings as dicts (``Finding.to_dict``), worst first.
-    ``log_tail``: the last lines of the engine's log at the time, if any.
-    ``kernel_lines``: the recent kernel log lines the sensors classified (Xid, OOM ...).
-    """
-
-    kind: str
-    severity: str
-    started_at: datetime
-    action: str
-    explanation: str
-    mode: str | None = None
-    rung: int | None = None
-    run_id: str | None = None
-    outcome: str | None = None
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    log_tail: str | None = None
-    kernel_lines: list[str] = field(default_factory=list)
-
-
-def make_engine(url: str) -> Engine:
-    """A SQLAlchemy engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys.
-
-    Creates the parent directory of a SQLite file. Raises StoreError for a bad URL.
-    """
-    try:
-        if url.startswith("sqlite"):
-            path = url.split("///", 1)[1] if "///" in url else ""
-            if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-
-            @event.listens_for(engine, "connect")
-            def _pragmas(dbapi_conn, _record) -> None:
-                cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-                cur.execute("PRAGMA foreign_keys=ON")
-                cur.close()
-
-            return engine
-        return create_engine(url, pool_pre_ping=True)
-    except (SQLAlchemyError, ValueError, OSError) as exc:
-        raise StoreError(f"cannot open database {_safe(url)}: {exc}") from exc
-
-
-def _safe(url: str) -> str:
-    """The URL with any password masked, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return "<unparsable database URL>"
-
-
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Run the Alembic migrations in ``migrations/`` up to ``revision`` on ``engine``.
-
-    Raises: StoreError when the database refuses.
-    """
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
-    except SQLAlchemyError as exc:
-        raise StoreError(f"migrating {engine.url!r} failed: {exc}") from exc
-
-
-def downgrade(engine: Engine, revision: str) -> None:
-    """Run the Alembic migrations down to ``revision`` (``base`` empties the schema)."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, revision)
-    except SQLAlchemyError as exc:
-        raise StoreError(f"downgrading {engine.url!r} failed: {exc}") from exc
-
+__all__ = [
+    "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "Incident", "Store", "downgrade",
+    "is_unavailable", "make_engine", "upgrade",
+]
 
 class Store:
     """Reads and writes of one fleet's records on this host.
@@ -136,20 +58,45 @@ class Store:
         self.fleet = fleet
         self.host = host or socket.gethostname()
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._needs_upgrade = False
 
     @classmethod
-    def open(cls, url: str, *, fleet: str, host: str | None = None) -> Store:
-        """Connect to ``url``, migrate it to the newest schema, return the Store."""
-        engine = make_engine(url)
-        upgrade(engine)
-        return cls(engine, fleet=fleet, host=host)
+    def open(cls, url: str, *, fleet: str, host: str | None = None,
+             busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS, lazy: bool = False) -> Store:
+        """Connect to ``url``, migrate it to the newest schema, return the Store.
+
+        ``lazy``: a database that cannot be reached now (``is_unavailable``) is not an
+        error: the Store migrates it on its first use that reaches it, and until then
+        every call raises StoreError (so the service's writes are spooled). Raises
+        StoreError for a bad URL, and without ``lazy`` for an unreachable database.
+        """
+        store = cls(make_engine(url, busy_timeout_ms=busy_timeout_ms), fleet=fleet, host=host)
+        store._needs_upgrade = True
+        try:
+            store._ensure_schema()
+        except StoreError as exc:
+            if not (lazy and is_unavailable(exc)):
+                store.close()
+                raise
+        return store
+
+    def _ensure_schema(self) -> None:
+        if self._needs_upgrade:
+            upgrade(self.engine)
+            self._needs_upgrade = False
 
     def close(self) -> None:
         """Release the connection pool."""
         self.engine.dispose()
 
     @contextmanager
-    def _session(self) -> Iterator[Session]:
+    def session(self) -> Iterator[Session]:
+        """One transaction: commits on leaving, rolls back on an error.
+
+        Raises: StoreError translated from any SQLAlchemy error (``is_unavailable`` tells
+        a database that is down from a write that is wrong).
+        """
+        self._ensure_schema()
         try:
             with self._sessions.begin() as session:
                 yield session
@@ -160,32 +107,39 @@ class Store:
 
     def add_run(
         self, *, run_id: str, mode: str, rung: int, argv: list[str], pid: int | None,
-        port: int, log_path: str, started_at: datetime,
+        port: int, log_path: str, started_at: datetime, engine_version: str | None = None,
     ) -> None:
-        """Record an engine run at launch."""
-        with self._session() as s:
-            s.add(EngineRunRow(
-                run_id=run_id, fleet=self.fleet, host=self.host, mode=mode, rung=rung,
-                argv=list(argv), pid=pid, port=port, log_path=log_path, started_at=started_at,
-            ))
+        """Record an engine run at launch (argv masked: ``privacy.mask_argv``)."""
+        with self.session() as s:
+            writes.insert_run(s, fleet=self.fleet, host=self.host, record=AddRun(
+                run_id=run_id, mode=mode, rung=rung, argv=list(argv), pid=pid, port=port,
+                log_path=log_path, started_at=started_at, engine_version=engine_version))
 
     def update_run(self, *, run_id: str, **values: Any) -> None:
         """Set columns of the run ``run_id`` (ready_at, ended_at, exit_code, outcome, ...).
 
         Raises: StoreError if there is no such run or a column name is unknown.
         """
-        with self._session() as s:
-            row = s.scalars(select(EngineRunRow).where(EngineRunRow.run_id == run_id)).first()
-            if row is None:
-                raise StoreError(f"no engine run {run_id!r}")
-            for key, value in values.items():
-                if not hasattr(EngineRunRow, key):
-                    raise StoreError(f"engine_runs has no column {key!r}")
-                setattr(row, key, value)
+        with self.session() as s:
+            writes.update_run(s, run_id=run_id, values=values)
+
+    def apply(self, record: Record) -> bool:
+        """Write ``record`` and its idempotency key in one transaction.
+
+        Returns: True when written, False when its key was applied before (nothing done).
+        Raises: StoreError (``is_unavailable(exc)`` when the database is down or locked).
+        """
+        with self.session() as s:
+            if s.get(AppliedRecordRow, record.key) is not None:
+                return False
+            writes.apply_to_session(s, fleet=self.fleet, host=self.host, record=record)
+            s.add(AppliedRecordRow(key=record.key, kind=record.kind,
+                                   applied_at=datetime.now(UTC)))
+        return True
 
     def runs(self, *, limit: int = 50) -> list[EngineRunRow]:
         """The newest runs of this fleet, newest first."""
-        with self._session() as s:
+        with self.session() as s:
             q = (select(EngineRunRow).where(EngineRunRow.fleet == self.fleet)
                  .order_by(EngineRunRow.id.desc()).limit(limit))
             return list(s.scalars(q))
@@ -193,7 +147,7 @@ class Store:
     def unfinished_runs(self) -> list[EngineRunRow]:
         """Runs of this fleet on this host that never recorded an end (an earlier life
         of the service was killed, or the host went down, while they ran)."""
-        with self._session() as s:
+        with self.session() as s:
             q = select(EngineRunRow).where(
                 EngineRunRow.fleet == self.fleet, EngineRunRow.host == self.host,
                 EngineRunRow.ended_at.is_(None)).order_by(EngineRunRow.id)
@@ -202,24 +156,16 @@ class Store:
     # -- incidents and transitions ---------------------------------------------------
 
     def add_incident(self, *, incident: Incident) -> int:
-        """Record an incident; returns its id."""
-        with self._session() as s:
-            row = IncidentRow(
-                fleet=self.fleet, host=self.host, kind=incident.kind, severity=incident.severity,
-                started_at=incident.started_at, mode=incident.mode, rung=incident.rung,
-                run_id=incident.run_id, action=incident.action, outcome=incident.outcome,
-                explanation=incident.explanation, findings=list(incident.findings),
-                log_tail=incident.log_tail, kernel_lines=list(incident.kernel_lines),
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        """Record an incident (log tail masked); returns its id."""
+        with self.session() as s:
+            return writes.insert_incident(s, fleet=self.fleet, host=self.host,
+                                          incident=incident)
 
     def incidents(
         self, *, since: datetime | None = None, kind: str | None = None, limit: int = 100
     ) -> list[IncidentRow]:
         """This fleet's incidents, newest first, optionally since a time and of a kind."""
-        with self._session() as s:
+        with self.session() as s:
             q = select(IncidentRow).where(IncidentRow.fleet == self.fleet)
             if since is not None:
                 q = q.where(IncidentRow.started_at >= since)
@@ -232,19 +178,15 @@ class Store:
         to_rung: int, reason: str, actor: str, incident_id: int | None = None,
     ) -> int:
         """Record a mode transition; returns its id."""
-        with self._session() as s:
-            row = ModeTransitionRow(
-                fleet=self.fleet, host=self.host, at=at, from_mode=from_mode, to_mode=to_mode,
-                from_rung=from_rung, to_rung=to_rung, reason=reason, actor=actor,
-                incident_id=incident_id,
-            )
-            s.add(row)
-            s.flush()
-            return row.id
+        with self.session() as s:
+            return writes.insert_transition(s, fleet=self.fleet, host=self.host,
+                                            transition=Transition(
+                at=at, from_mode=from_mode, to_mode=to_mode, from_rung=from_rung,
+                to_rung=to_rung, reason=reason, actor=actor), incident_id=incident_id)
 
     def transitions(self, *, limit: int = 100) -> list[ModeTransitionRow]:
         """This fleet's mode transitions, newest first."""
-        with self._session() as s:
+        with self.session() as s:
             q = (select(ModeTransitionRow).where(ModeTransitionRow.fleet == self.fleet)
                  .order_by(ModeTransitionRow.id.desc()).limit(limit))
             return list(s.scalars(q))
@@ -259,7 +201,7 @@ class Store:
         requests: int,
     ) -> None:
         """Record one calibration measurement of ``mode`` at ``concurrency``."""
-        with self._session() as s:
+        with self.session() as s:
             s.add(ModeBaselineRow(
                 fleet=self.fleet, host=self.host, mode=mode, args_digest=args_digest,
                 concurrency=concurrency, measured_at=measured_at,
@@ -271,7 +213,7 @@ class Store:
 
     def baselines(self) -> list[ModeBaselineRow]:
         """The newest baseline of each (mode, arguments, concurrency) on this host."""
-        with self._session() as s:
+        with self.session() as s:
             q = (select(ModeBaselineRow).where(ModeBaselineRow.fleet == self.fleet,
                                                ModeBaselineRow.host == self.host)
                  .order_by(ModeBaselineRow.id))

@@ -10,11 +10,15 @@ from typing import Any
 
 from supervisor.policy import Policy, needs_restart, render_args
 from supervisor.record.models import EngineRunRow, IncidentRow
+from supervisor.show.export import incident_dict, run_dict
 
-__all__ = ["incidents_json", "incidents_table", "ladder_table", "runs_json", "runs_table"]
+__all__ = [
+    "incidents_json", "incidents_table", "ladder_table", "runs_json", "runs_table", "table",
+]
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns under ``headers``; None shows as ``-``."""
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -33,7 +37,7 @@ def ladder_table(policy: Policy) -> str:
         restart = "-" if i == 0 else ("yes" if needs_restart(policy.modes[i - 1], mode) else "no")
         marker = "*" if i == policy.initial_rung else ""
         rows.append([f"{i}{marker}", mode.name, restart, " ".join(render_args(mode.args))])
-    return _table(["rung", "mode", "restart", "engine arguments"], rows)
+    return table(["rung", "mode", "restart", "engine arguments"], rows)
 
 
 def incidents_table(rows: Sequence[IncidentRow]) -> str:
@@ -43,19 +47,14 @@ def incidents_table(rows: Sequence[IncidentRow]) -> str:
     for r in rows:
         out.append([r.id, _ts(r.started_at), r.severity, r.kind, r.mode, r.action,
                     r.explanation])
-    text = _table(["id", "started (UTC)", "severity", "kind", "mode", "action", "explanation"],
+    text = table(["id", "started (UTC)", "severity", "kind", "mode", "action", "explanation"],
                   out)
     return "\n".join(line[:width] for line in text.splitlines())
 
 
 def incidents_json(rows: Sequence[IncidentRow]) -> str:
     """Incidents as a JSON array (every column; times ISO 8601 UTC)."""
-    return json.dumps([{
-        "id": r.id, "fleet": r.fleet, "host": r.host, "kind": r.kind, "severity": r.severity,
-        "started_at": r.started_at.isoformat(), "mode": r.mode, "rung": r.rung,
-        "run_id": r.run_id, "action": r.action, "outcome": r.outcome,
-        "explanation": r.explanation, "findings": r.findings, "log_tail": r.log_tail,
-    } for r in rows], indent=2)
+    return json.dumps([incident_dict(r) for r in rows], indent=2)
 
 
 def runs_table(rows: Sequence[EngineRunRow]) -> str:
@@ -66,19 +65,10 @@ def runs_table(rows: Sequence[EngineRunRow]) -> str:
         code = r.exit_code if r.exit_signal is None else f"sig {r.exit_signal}"
         out.append([r.run_id, r.mode, _ts(r.started_at), ready, _ts(r.ended_at), r.outcome,
                     code])
-    return _table(["run", "mode", "started (UTC)", "ready s", "ended (UTC)", "outcome", "exit"],
+    return table(["run", "mode", "started (UTC)", "ready s", "ended (UTC)", "outcome", "exit"],
                   out)
 
 
 def runs_json(rows: Sequence[EngineRunRow]) -> str:
-    """Engine runs as a JSON array (argv included)."""
-    def iso(dt: datetime | None) -> str | None:
-        return None if dt is None else dt.isoformat()
-    return json.dumps([{
-        "run_id": r.run_id, "fleet": r.fleet, "host": r.host, "mode": r.mode, "rung": r.rung,
-        "argv": r.argv, "pid": r.pid, "port": r.port, "log_path": r.log_path,
-        "started_at": iso(r.started_at), "ready_at": iso(r.ready_at),
-        "ended_at": iso(r.ended_at), "startup_seconds": r.startup_seconds,
-        "exit_code": r.exit_code, "exit_signal": r.exit_signal,
-        "planned_stop": r.planned_stop, "outcome": r.outcome, "error": r.error,
-    } for r in rows], indent=2)
+    """Engine runs as a JSON array (argv included, secrets masked)."""
+    return json.dumps([run_dict(r) for r in rows], indent=2)

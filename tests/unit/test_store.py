@@ -15,7 +15,8 @@ from supervisor.errors import StoreError
 from supervisor.record.models import Base
 from supervisor.record.store import Incident, Store, downgrade, make_engine, upgrade
 
-TABLES = {"engine_runs", "incidents", "mode_transitions", "alembic_version"}
+TABLES = {"engine_runs", "incidents", "mode_transitions", "mode_baselines", "telemetry",
+          "service_runs", "applied_records", "alembic_version"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -33,6 +34,34 @@ def test_migrations_upgrade_and_downgrade_cleanly(url: str) -> None:
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     upgrade(engine)                       # and back up again
     assert set(inspect(engine).get_table_names()) >= TABLES
+    engine.dispose()
+
+
+def test_0003_downgrades_and_upgrades_with_rows_in_place(url: str) -> None:
+    """Reversible with data: 0002's rows survive a round trip through 0003's downgrade
+    (SQLite's batch mode copies the incidents table that transitions point at)."""
+    engine = make_engine(url)
+    upgrade(engine)
+    store = Store(engine, fleet="f", host="h")
+    t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    store.add_run(run_id="r1", mode="m", rung=0, argv=["vllm"], pid=1, port=8000,
+                  log_path="/l", started_at=t0, engine_version="0.32.0")
+    iid = store.add_incident(incident=Incident(kind="k", severity="info", started_at=t0,
+                                               ended_at=t0 + timedelta(minutes=1),
+                                               action="hold", explanation="x"))
+    store.add_transition(at=t0, from_mode="m", to_mode="n", from_rung=0, to_rung=1,
+                         reason="r", actor="operator", incident_id=iid)
+    downgrade(engine, "0002")
+    names = set(inspect(engine).get_table_names())
+    assert not names & {"telemetry", "service_runs", "applied_records"}
+    assert "ended_at" not in {c["name"] for c in inspect(engine).get_columns("incidents")}
+    upgrade(engine)
+    (inc,) = store.incidents()
+    assert (inc.id, inc.ended_at) == (iid, None)
+    (tr,) = store.transitions()
+    assert tr.incident_id == iid
+    (run,) = store.runs()
+    assert (run.run_id, run.engine_version) == ("r1", None)
     engine.dispose()
 
 
@@ -73,6 +102,7 @@ def test_records_round_trip(url: str) -> None:
                          incident_id=incident_id)
     (run,) = store.runs()
     assert run.argv == ["vllm", "serve", "m"]
+    assert run.engine_version is None
     assert run.ready_at == t0 + timedelta(seconds=30) and run.ready_at.tzinfo is not None
     (inc,) = store.incidents(kind="exited")
     assert inc.findings[0]["evidence"] == {"exit_code": 0}
@@ -111,3 +141,27 @@ def test_update_of_unknown_run_is_an_error(tmp_path: Path) -> None:
 def test_unreachable_database_is_a_store_error() -> None:
     with pytest.raises(StoreError):
         Store.open("postgresql+psycopg://nobody@127.0.0.1:1/none", fleet="f")
+
+
+def test_secrets_are_masked_before_they_are_stored(url: str) -> None:
+    store = Store.open(url, fleet="f", host="h")
+    t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    store.add_run(run_id="r1", mode="m", rung=0, pid=1, port=8000, log_path="/l",
+                  started_at=t0, argv=["vllm", "serve", "m", "--api-key", "sk-123",
+                                       "--hf-token=hf_abc", "--max-num-batched-tokens", "64"])
+    store.update_run(run_id="r1", error="exited: --api-key sk-123 refused")
+    store.add_incident(incident=Incident(
+        kind="k", severity="info", started_at=t0, action="hold", explanation="x",
+        log_tail="INFO non-default args: {'model': 'm', 'api_key': ['sk-123']}"))
+    (run,) = store.runs()
+    assert run.argv == ["vllm", "serve", "m", "--api-key", "***", "--hf-token=***",
+                        "--max-num-batched-tokens", "64"]
+    assert "sk-123" not in run.error
+    (inc,) = store.incidents()
+    assert "sk-123" not in inc.log_tail and "'api_key': ['***']" in inc.log_tail
+    with store.engine.connect() as conn:
+        for table in ("engine_runs", "incidents"):
+            dump = " ".join(str(v) for row in conn.execute(text(f"SELECT * FROM {table}"))
+                            for v in row)
+            assert "sk-123" not in dump and "hf_abc" not in dump
+    store.close()

@@ -1,0 +1,129 @@
+"""The database itself: engines (SQLite WAL or PostgreSQL), migrations, and telling an
+unavailable database from a wrong write.
+
+SQLAlchemy errors are translated to ``StoreError`` here and in ``store``, once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from supervisor.errors import StoreError
+
+__all__ = [
+    "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "downgrade", "is_unavailable", "make_engine",
+    "upgrade",
+]
+
+#: Alembic scripts, at the top of the repository (the design card's ``migrations/``).
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+#: How long SQLite waits on a lock held by another writer before failing, in ms.
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+#: libpq waits for a TCP connection forever by default: a database host that drops
+#: packets (rather than refusing) would hold the record writer for minutes per attempt.
+#: Ten seconds is far above a healthy connect and keeps a replay attempt short.
+PG_CONNECT_TIMEOUT_SECONDS = 10
+
+
+def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
+    """A SQLAlchemy engine for ``url``; SQLite gets WAL, a busy timeout (ms) and foreign
+    keys; PostgreSQL a pre-ping (a restarted server is reconnected) and a connect
+    timeout unless the URL sets one.
+
+    Creates the parent directory of a SQLite file. Raises StoreError for a bad URL.
+    """
+    try:
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[1] if "///" in url else ""
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
+
+            @event.listens_for(engine, "connect")
+            def _pragmas(dbapi_conn, _record) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.close()
+
+            return engine
+        connect_args = {}
+        if url.startswith("postgresql") and "connect_timeout" not in make_url(url).query:
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_SECONDS
+        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    except (SQLAlchemyError, ValueError, OSError) as exc:
+        raise StoreError(f"cannot open database {_safe(url)}: {exc}") from exc
+
+
+#: PostgreSQL SQLSTATE classes that say "not now" rather than "never": connection
+#: exception, transaction rollback (deadlock, serialization), insufficient resources
+#: (disk full, too many connections), operator intervention (shutdown), system error.
+_TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+_READ_ONLY_SQLSTATE = "25006"
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a StoreError says the database could not be reached or written right now
+    (server down, connection lost, "database is locked", read-only or missing file, disk
+    full, a read-only standby), so the write may succeed later, rather than that this
+    write can never succeed (an unknown run, a constraint). SQLite reports its I/O and
+    lock failures, and PostgreSQL its connection failures, as OperationalError; other
+    PostgreSQL errors are told by their SQLSTATE."""
+    cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+    if isinstance(cause, OperationalError | InterfaceError | DisconnectionError
+                  | PoolTimeoutError | OSError):
+        return True
+    sqlstate = getattr(getattr(cause, "orig", None), "sqlstate", None)
+    return isinstance(sqlstate, str) and (
+        sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate == _READ_ONLY_SQLSTATE)
+
+
+def _safe(url: str) -> str:
+    """The URL with any password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparsable database URL>"
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Run the Alembic migrations in ``migrations/`` up to ``revision`` on ``engine``.
+
+    Raises: StoreError when the database refuses.
+    """
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"migrating {engine.url!r} failed: {exc}") from exc
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Run the Alembic migrations down to ``revision`` (``base`` empties the schema)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"downgrading {engine.url!r} failed: {exc}") from exc

@@ -1,0 +1,190 @@
+"""Unclean stops and host resets: what the previous life of the service left behind.
+
+At start-up, the previous ``service_runs`` row of this fleet on this host without the
+clean-stop marker (``stopped_at``) means that life was killed (SIGKILL, OOM killer, a
+crash of the supervisor itself): incident ``unclean_stop``, warning. When its boot id
+differs from the current one the host itself went down in between: incident
+``host_reset``, critical when an engine run was still open (the host went down with the
+engine running; on a GB10 that is how a unified-memory exhaustion ends), warning
+otherwise. One incident, the more specific kind.
+
+After a host reset with the engine running, the policy's
+``storage.after_host_reset`` picks the first rung: ``one_rung_down`` (default) starts
+one rung safer than the engine that was running, ``same_rung`` starts on it again,
+``initial`` ignores it. The incident and the transition carry a key derived from the
+previous life, so a start that fails and is retried does not report it twice.
+
+``assess_previous_life`` is pure; ``read_boot_id`` and ``check_previous_life`` do the
+reading.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+from supervisor.record.records import AddIncident, Incident, Transition
+from supervisor.record.service_runs import last_engine_run, previous_service_run
+from supervisor.record.store import Store
+
+__all__ = [
+    "BOOT_ID_PATH",
+    "AfterHostReset",
+    "PreviousLife",
+    "assess_previous_life",
+    "check_previous_life",
+    "read_boot_id",
+]
+
+#: Random per boot, set by the kernel: a different value means the host rebooted.
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+class AfterHostReset(StrEnum):
+    """``storage.after_host_reset``: the first rung after the host went down with the
+    engine running."""
+
+    ONE_RUNG_DOWN = "one_rung_down"
+    SAME_RUNG = "same_rung"
+    INITIAL = "initial"
+
+
+class _ServiceRun(Protocol):
+    service_run_id: str
+    pid: int
+    boot_id: str | None
+    started_at: datetime
+    heartbeat_at: datetime | None
+    stopped_at: datetime | None
+    policy_path: str | None
+
+
+class _EngineRun(Protocol):
+    run_id: str
+    mode: str
+    rung: int
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PreviousLife:
+    """The verdict on the previous life.
+
+    ``kind``: None (clean, or a first start), ``unclean_stop`` or ``host_reset``.
+    ``start_rung``: the rung to start on, or None for the policy's initial rung.
+    ``record``: the incident (and transition) to write, or None.
+    """
+
+    kind: str | None
+    start_rung: int | None
+    record: AddIncident | None
+    explanation: str
+
+
+def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+    """This boot's id (a uuid string), or None where the file cannot be read."""
+    try:
+        return path.read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _rung_of(run: _EngineRun, modes: Sequence[str]) -> int:
+    """The rung of ``run``'s mode in the current ladder, found by name (the policy may
+    have changed since); a mode no longer in it keeps its stored rung, clipped."""
+    return modes.index(run.mode) if run.mode in modes else min(run.rung, len(modes) - 1)
+
+
+def _start_rung(last: _EngineRun, modes: Sequence[str], setting: AfterHostReset) -> int | None:
+    """The rung to start on after a host reset with ``last`` running (None: initial)."""
+    if setting is AfterHostReset.INITIAL or not modes:
+        return None
+    rung = _rung_of(last, modes)
+    return min(rung + 1, len(modes) - 1) if setting is AfterHostReset.ONE_RUNG_DOWN else rung
+
+
+def _evidence(previous: _ServiceRun, boot_id: str | None, last_run: _EngineRun | None,
+              engine_running: bool) -> dict[str, Any]:
+    last_seen = previous.heartbeat_at or previous.started_at
+    return {
+        "service_run_id": previous.service_run_id, "pid": previous.pid,
+        "started_at": previous.started_at.isoformat(), "last_seen_at": last_seen.isoformat(),
+        "previous_boot_id": previous.boot_id, "boot_id": boot_id,
+        "policy_path": previous.policy_path, "engine_run_open": engine_running,
+        "engine_run_id": last_run.run_id if last_run is not None else None,
+        "engine_mode": last_run.mode if last_run is not None else None,
+    }
+
+
+def assess_previous_life(
+    *, previous: _ServiceRun | None, boot_id: str | None, last_run: _EngineRun | None,
+    modes: Sequence[str], after_host_reset: str | AfterHostReset, now: datetime,
+) -> PreviousLife:
+    """Decide what the previous life means for this one. Pure.
+
+    ``previous``: the newest earlier service run of this fleet and host (or None);
+    ``boot_id``: this boot's (None: unknown, so no host reset can be told);
+    ``last_run``: the newest engine run of this fleet and host; ``modes``: the policy's
+    mode names, fastest first; ``now``: UTC. Raises ValueError for an unknown setting.
+    """
+    setting = AfterHostReset(after_host_reset)
+    if previous is None or previous.stopped_at is not None:
+        return PreviousLife(None, None, None, "the previous life stopped cleanly"
+                            if previous is not None else "first start on this host")
+    last_seen = previous.heartbeat_at or previous.started_at
+    running = last_run if last_run is not None and last_run.ended_at is None else None
+    evidence = _evidence(previous, boot_id, last_run, running is not None)
+    reset = boot_id is not None and previous.boot_id is not None and boot_id != previous.boot_id
+    start_rung = transition = None
+    if not reset:
+        kind, severity = "unclean_stop", "warning"
+        what = "the supervisor was stopped without its clean-stop marker (killed or crashed)"
+    elif running is None:
+        kind, severity = "host_reset", "warning"
+        what = "the host went down while the supervisor ran (no engine running)"
+    else:
+        kind, severity = "host_reset", "critical"
+        what = f"the host went down with the engine running (mode {running.mode})"
+        evidence["after_host_reset"] = str(setting)
+        start_rung = _start_rung(running, modes, setting)
+        if start_rung is not None and start_rung != _rung_of(running, modes):
+            transition = Transition(
+                at=now, from_mode=running.mode, to_mode=modes[start_rung],
+                from_rung=_rung_of(running, modes), to_rung=start_rung, actor="startup",
+                reason=f"host reset with the engine running (storage.after_host_reset: "
+                       f"{setting})")
+    explanation = f"{what}: pid {previous.pid} last seen {last_seen:%Y-%m-%d %H:%M:%S} UTC"
+    if start_rung is not None:
+        explanation += f"; starting in {modes[start_rung]} ({setting})"
+    incident = Incident(
+        kind=kind, severity=severity, started_at=last_seen, ended_at=now,
+        action="step_down" if transition is not None else "none", explanation=explanation,
+        mode=last_run.mode if last_run is not None else None,
+        rung=last_run.rung if last_run is not None else None,
+        run_id=running.run_id if running is not None else None,
+        findings=[{"guard": "startup", "kind": kind, "severity": severity, "summary": what,
+                   "evidence": evidence, "run_id": None, "response": "record"}])
+    key = str(uuid.uuid5(uuid.NAMESPACE_URL, f"supervisor:{kind}:{previous.service_run_id}"))
+    return PreviousLife(kind, start_rung, AddIncident(key=key, incident=incident,
+                                                      transition=transition), explanation)
+
+
+def check_previous_life(
+    *, store: Store, boot_id: str | None, modes: Sequence[str],
+    after_host_reset: str | AfterHostReset, now: datetime,
+    exclude_service_run_id: str | None = None,
+) -> PreviousLife:
+    """Read the previous service run and the last engine run of this fleet and host
+    and assess them. Call it before this life's own start is recorded (or pass its id
+    as ``exclude_service_run_id``) and before leftover engine runs are closed.
+    Writes nothing: submit ``verdict.record`` to the writer. Raises StoreError."""
+    previous = previous_service_run(store=store,
+                                    exclude_service_run_id=exclude_service_run_id)
+    last = last_engine_run(store=store)
+    return assess_previous_life(previous=previous, boot_id=boot_id, last_run=last,
+                                modes=modes, after_host_reset=after_host_reset, now=now)
