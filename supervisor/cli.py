@@ -10,6 +10,9 @@
     supervisor demo-models DIR                build the tiny local models (idempotent)
     supervisor sample --policy FILE [--watch] print Samples of the engine and the box as JSON
     supervisor incidents --policy FILE        list recorded incidents
+    supervisor incident ID --policy FILE      one incident in full
+    supervisor history --policy FILE          the mode timeline
+    supervisor export --what W --policy FILE  records as CSV or JSON
     supervisor runs --policy FILE             list recorded engine runs
 
 Exit status: 0 success; 1 the service gave up or a setup step failed; 2 bad usage or a
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import re
 import signal
@@ -101,6 +105,26 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds between samples (default: the policy's tick)")
     smp.add_argument("--count", type=int, default=None, help="stop after N samples")
 
+    one = sub.add_parser("incident", help="one incident in full: evidence, log tail, mode")
+    one.add_argument("id", type=int)
+    one.add_argument("--policy", required=True, type=Path)
+    one.add_argument("--json", action="store_true")
+
+    hist = sub.add_parser("history", help="the mode timeline: every transition and why")
+    hist.add_argument("--policy", required=True, type=Path)
+    hist.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d")
+    hist.add_argument("--limit", type=int, default=200)
+
+    exp = sub.add_parser("export", help="export records as CSV or JSON")
+    exp.add_argument("--policy", required=True, type=Path)
+    exp.add_argument("--what", required=True,
+                     choices=["incidents", "transitions", "runs", "services", "telemetry"])
+    exp.add_argument("--format", default="csv", choices=["csv", "json"])
+    exp.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
+                     "(telemetry: default 24h)")
+    exp.add_argument("--kind", help="incidents of this kind only")
+    exp.add_argument("--limit", type=int, default=10000)
+
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
     runs.add_argument("--policy", required=True, type=Path)
     runs.add_argument("--limit", type=int, default=50)
@@ -138,17 +162,58 @@ def _cmd_policy_check(path: Path) -> int:
     return EXIT_OK
 
 
+def _cmd_incident(args: argparse.Namespace) -> int:
+    from supervisor.record.queries import incident, incident_transitions
+    from supervisor.show.export import incident_dict
+    from supervisor.show.incident import incident_detail
+
+    store = _open_store(load_policy_file(args.policy))
+    row = incident(store=store, incident_id=args.id)
+    if row is None:
+        print(f"error: no incident {args.id}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(incident_dict(row), indent=2, default=str))
+    else:
+        print(incident_detail(row, incident_transitions(store=store, incident_id=row.id)))
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from supervisor.record.queries import engine_runs, timeline
+    from supervisor.record.service_runs import service_runs
+    from supervisor.record.telemetry import telemetry
+    from supervisor.show.export import export_rows
+
+    store = _open_store(load_policy_file(args.policy))
+    since = _since(args.since)
+    match args.what:
+        case "incidents":
+            rows = store.incidents(since=since, kind=args.kind, limit=args.limit)
+        case "transitions":
+            rows = timeline(store=store, since=since, limit=args.limit)
+        case "runs":
+            rows = engine_runs(store=store, since=since)
+        case "services":
+            rows = service_runs(store=store, limit=args.limit)
+        case _:
+            rows = telemetry(store=store, since=since or datetime.now(UTC) - timedelta(days=1))
+    print(export_rows(rows, what=args.what, fmt=args.format))
+    return EXIT_OK
+
+
 def _open_store(policy: Policy):
     from supervisor.record.store import Store
 
     return Store.open(policy.database_url, fleet=policy.fleet)
 
 
-async def _run_service(policy: Policy, trace: Path | None = None) -> int:
+async def _run_service(policy: Policy, trace: Path | None = None,
+                       policy_path: Path | None = None) -> int:
     from supervisor.service import Supervisor
 
     store = await asyncio.to_thread(_open_store, policy)
-    sup = Supervisor(policy, store, trace_path=trace)
+    sup = Supervisor(policy, store, trace_path=trace, policy_path=policy_path)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sup.request_stop, f"{signal.Signals(sig).name} received")
@@ -167,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         match args.command:
             case "run":
-                return asyncio.run(_run_service(load_policy_file(args.policy), args.record))
+                import uvloop
+
+                policy = load_policy_file(args.policy)
+                return uvloop.run(_run_service(policy, args.record, args.policy))
             case "calibrate":
                 from supervisor.calibrate import calibrate
 
@@ -221,6 +289,18 @@ def main(argv: list[str] | None = None) -> int:
                                                interval_seconds=interval))
                 except KeyboardInterrupt:
                     return EXIT_OK
+            case "incident":
+                return _cmd_incident(args)
+            case "history":
+                from supervisor.record.queries import timeline
+                from supervisor.show.history import history_table
+
+                store = _open_store(load_policy_file(args.policy))
+                print(history_table(timeline(store=store, since=_since(args.since),
+                                             limit=args.limit)))
+                return EXIT_OK
+            case "export":
+                return _cmd_export(args)
             case "runs":
                 from supervisor.show.tables import runs_json, runs_table
 

@@ -18,7 +18,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -209,6 +209,18 @@ class Storage(_Model):
     state_directory: str = ".supervisor"
     database_url: str | None = None
     """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``."""
+    after_host_reset: Literal["one_rung_down", "same_rung", "initial"] = "one_rung_down"
+    """Where to start after the host went down with the engine running (boot id changed,
+    no clean-stop marker): the engine's configuration may have been what froze it."""
+    telemetry_retention_days: Annotated[float, Field(gt=0)] = 30.0
+    incident_retention_days: Annotated[float, Field(gt=0)] = 365.0
+    downsample_after_seconds: Annotated[float, Field(gt=0)] = 86400.0
+    """Telemetry older than this is folded from 10 s rows into 1 min rows."""
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 30.0
+    retention_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    spool_max_bytes: Annotated[int, Field(ge=1)] = 256 * 1024 * 1024
+    """Writes the database refused wait in <state_directory>/spool.jsonl up to this size
+    (past it, only telemetry and heartbeats are dropped)."""
 
 
 class Policy(_Model):

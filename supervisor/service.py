@@ -9,7 +9,9 @@ for the next tick: a crash is decided on within milliseconds of the launcher see
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
+from supervisor import __version__
 from supervisor.act.effects import Executor, GatewayControl
 from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.decide.context import Baselines
@@ -24,12 +27,26 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
 from supervisor.decide.ladder import LadderState, advance, pause, pin, resume, unpin
 from supervisor.decide.window import Window
-from supervisor.errors import EngineStopTimeout
+from supervisor.errors import EngineStopTimeout, StoreError
 from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.record.baselines import load_baselines
-from supervisor.record.store import Incident, Store
+from supervisor.record.records import (
+    AddIncident,
+    AddTelemetry,
+    Incident,
+    ServiceHeartbeat,
+    StartService,
+    StopService,
+    TelemetryPoint,
+    UpdateRun,
+    new_key,
+)
+from supervisor.record.retention import run_retention
+from supervisor.record.store import Store
+from supervisor.record.telemetry import telemetry_point
 from supervisor.record.trace import TraceWriter
+from supervisor.record.unclean import check_previous_life, read_boot_id
 from supervisor.record.writer import RecordWriter
 from supervisor.sense.collect import Sensors
 from supervisor.sense.gateway_load import GatewayLoadSource
@@ -42,6 +59,12 @@ __all__ = ["Supervisor"]
 
 logger = logging.getLogger(__name__)
 
+#: How often spooled writes are retried, telemetry rows are cut (10 s resolution) and
+#: written (in batches of 6, one a minute).
+SPOOL_REPLAY_SECONDS = 30.0
+TELEMETRY_SECONDS = 10.0
+TELEMETRY_BATCH = 6
+
 
 class Supervisor:
     """Runs one engine under one policy until asked to stop.
@@ -53,10 +76,12 @@ class Supervisor:
     def __init__(self, policy: Policy, store: Store, *,
                  gateway: GatewayLoadSource | None = None,
                  gateway_control: GatewayControl | None = None,
-                 trace_path: Path | None = None) -> None:
+                 trace_path: Path | None = None, policy_path: Path | None = None) -> None:
         self.policy = policy
         self.registry = CollectorRegistry()
-        self.writer = RecordWriter(store)
+        self.policy_path = policy_path
+        self.writer = RecordWriter(store, spool_path=policy.state_directory / "spool.jsonl",
+                                   max_spool_bytes=policy.storage.spool_max_bytes)
         self.launcher = EngineLauncher(policy, on_change=self._on_engine_change)
         self.gateway: Gateway | None = None
         if policy.gateway.enabled and gateway is None and gateway_control is None:
@@ -74,6 +99,8 @@ class Supervisor:
         self.ladder = LadderState.initial(policy, time.monotonic())
         self.baselines: Baselines = {}
         self.trace = TraceWriter(trace_path) if trace_path is not None else None
+        self._service_run_id: str | None = None
+        self._telemetry_buffer: list[TelemetryPoint] = []
         self.last_decision: Decision | None = None
         self.exit_code = 0
         self._stop = asyncio.Event()
@@ -87,6 +114,8 @@ class Supervisor:
     async def run(self) -> int:
         """Clear leftovers, start ticking, wait for ``request_stop``, then stop cleanly."""
         self.writer.start()
+        await self.writer.flush()          # an earlier life's spooled records go first
+        await self._previous_life()
         await self.sensors.start()
         self.baselines = await asyncio.to_thread(load_baselines, self.writer.store, self.policy)
         if self.baselines:
@@ -103,6 +132,13 @@ class Supervisor:
         scheduler.add_job(self._scheduled_tick, "interval",
                           seconds=self.policy.sampling.tick_seconds, max_instances=1,
                           coalesce=True, misfire_grace_time=None, id="tick")
+        st = self.policy.storage
+        for job, seconds in ((self._replay_spool, SPOOL_REPLAY_SECONDS),
+                             (self._heartbeat, st.heartbeat_seconds),
+                             (self._telemetry, TELEMETRY_SECONDS),
+                             (self._retention, st.retention_interval_seconds)):
+            scheduler.add_job(job, "interval", seconds=seconds, max_instances=1,
+                              coalesce=True, misfire_grace_time=None, id=job.__name__)
         scheduler.start()
         self._poke_at(0)
         try:
@@ -136,6 +172,10 @@ class Supervisor:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.sensors.close()
+        self._flush_telemetry()
+        if self._service_run_id is not None:
+            self.writer.submit(StopService(service_run_id=self._service_run_id,
+                                           at=datetime.now(UTC), exit_code=self.exit_code))
         await self.writer.close()
         if self.trace is not None:
             self.trace.close()
@@ -169,17 +209,16 @@ class Supervisor:
                     killed = exc.survivors
             outcome = "orphan_killed" if killed else "lost"
             now = datetime.now(UTC)
-            self.writer.submit(lambda s, r=row.run_id, o=outcome, t=now: s.update_run(
-                run_id=r, ended_at=t, outcome=o))
+            self.writer.submit(UpdateRun(run_id=row.run_id,
+                                         values={"ended_at": now, "outcome": outcome}))
             if killed:
-                self.writer.submit(lambda s, r=row, k=killed, t=now: s.add_incident(
-                    incident=Incident(
-                        kind="orphaned_engine", severity="warning", started_at=t,
-                        action="kill", mode=r.mode, rung=r.rung, run_id=r.run_id,
-                        explanation=f"engine run {r.run_id} (mode {r.mode}) outlived an "
-                        f"earlier life of the supervisor: killed pids {k}",
-                        outcome="process group gone",
-                        findings=[{"pids": k, "pgid": r.pid, "port": r.port}])))
+                self.writer.submit(AddIncident(incident=Incident(
+                    kind="orphaned_engine", severity="warning", started_at=now,
+                    action="kill", mode=row.mode, rung=row.rung, run_id=row.run_id,
+                    explanation=f"engine run {row.run_id} (mode {row.mode}) outlived an "
+                    f"earlier life of the supervisor: killed pids {killed}",
+                    outcome="process group gone",
+                    findings=[{"pids": killed, "pgid": row.pid, "port": row.port}])))
 
     # -- the tick --------------------------------------------------------------------
 
@@ -231,6 +270,72 @@ class Supervisor:
                                          window=self.window, log_lines=lines,
                                          lateness_seconds=lateness)
 
+    # -- records: previous life, heartbeat, telemetry, spool, retention --------------
+
+    async def _previous_life(self) -> None:
+        """Turn an earlier life without a clean stop into an incident; after a host
+        reset, start where ``storage.after_host_reset`` says. Then record this life."""
+        boot = read_boot_id()
+        now = datetime.now(UTC)
+        try:
+            verdict = await asyncio.to_thread(
+                check_previous_life, store=self.writer.store, boot_id=boot,
+                modes=[m.name for m in self.policy.modes],
+                after_host_reset=self.policy.storage.after_host_reset, now=now)
+        except StoreError as exc:
+            logger.error("cannot read the previous life of the service: %s", exc)
+        else:
+            if verdict.record is not None:
+                logger.warning("%s", verdict.explanation)
+                self.writer.submit(verdict.record)
+            if verdict.start_rung is not None:
+                self.ladder = dataclasses.replace(self.ladder, rung=verdict.start_rung,
+                                                  last_trouble_s=time.monotonic())
+        self._service_run_id = new_key()
+        self.writer.submit(StartService(
+            service_run_id=self._service_run_id, pid=os.getpid(), boot_id=boot, started_at=now,
+            policy_path=str(self.policy_path) if self.policy_path else None,
+            version=__version__))
+
+    async def _heartbeat(self) -> None:
+        if self._service_run_id is not None:
+            self.writer.submit(ServiceHeartbeat(service_run_id=self._service_run_id,
+                                                at=datetime.now(UTC)))
+
+    async def _replay_spool(self) -> None:
+        self.writer.replay_spool()
+
+    async def _telemetry(self) -> None:
+        latest = self.window.latest
+        if latest is None:
+            return
+        rung = latest.engine_rung if latest.engine_rung is not None else self.ladder.rung
+        point = telemetry_point(self.window, now_s=time.monotonic(), seconds=TELEMETRY_SECONDS,
+                                mode=self.policy.modes[rung].name)
+        if point is not None:
+            self._telemetry_buffer.append(point)
+        if len(self._telemetry_buffer) >= TELEMETRY_BATCH:
+            self._flush_telemetry()
+
+    def _flush_telemetry(self) -> None:
+        if self._telemetry_buffer:
+            self.writer.submit(AddTelemetry(points=tuple(self._telemetry_buffer)))
+            self._telemetry_buffer.clear()
+
+    async def _retention(self) -> None:
+        st = self.policy.storage
+        try:
+            counts = await asyncio.to_thread(
+                run_retention, store=self.writer.store, now=datetime.now(UTC),
+                telemetry_retention_days=st.telemetry_retention_days,
+                incident_retention_days=st.incident_retention_days,
+                downsample_after_seconds=st.downsample_after_seconds)
+        except StoreError as exc:
+            logger.warning("retention skipped: %s", exc)
+            return
+        if any(counts.values()):
+            logger.info("retention: %s", counts)
+
     # -- operator levers -------------------------------------------------------------
 
     def operate(self, action: str, mode: str | None = None) -> LadderState:
@@ -266,14 +371,14 @@ class Supervisor:
             self.executor.engine_ready(run.rung)
             logger.info("engine ready: OpenAI API at %s/v1 (mode %s, run %s, %.1f s to ready)",
                         self.launcher.base_url, run.mode, run.run_id, run.startup_seconds or 0)
-            self.writer.submit(lambda s: s.update_run(
-                run_id=run.run_id, ready_at=run.ready_at, startup_seconds=run.startup_seconds))
+            self.writer.submit(UpdateRun(run_id=run.run_id, values={
+                "ready_at": run.ready_at, "startup_seconds": run.startup_seconds}))
         elif state is EngineState.CRASHED:
             self._poke_at(0)
         elif state is EngineState.STOPPED:
             outcome = str(run.crash_reason or run.kill_reason or "stopped")
             if run.error is not None or run.pid is not None:
-                self.writer.submit(lambda s: s.update_run(
-                    run_id=run.run_id, ended_at=run.ended_at, exit_code=run.exit_code,
-                    exit_signal=run.exit_signal, planned_stop=run.planned_stop,
-                    outcome=outcome, error=run.error))
+                self.writer.submit(UpdateRun(run_id=run.run_id, values={
+                    "ended_at": run.ended_at, "exit_code": run.exit_code,
+                    "exit_signal": run.exit_signal, "planned_stop": run.planned_stop,
+                    "outcome": outcome, "error": run.error}))

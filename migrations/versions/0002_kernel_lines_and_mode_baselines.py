@@ -45,5 +45,11 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_mode_baselines_mode", table_name="mode_baselines")
     op.drop_table("mode_baselines")
-    with op.batch_alter_table("incidents") as batch:
-        batch.drop_column("kernel_lines")
+    # In place where SQLite can (3.35+): batch mode would copy and drop `incidents`,
+    # which fails while mode_transitions rows point at it (foreign keys on).
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite" and bind.dialect.dbapi.sqlite_version_info < (3, 35):
+        with op.batch_alter_table("incidents") as batch:
+            batch.drop_column("kernel_lines")
+    else:
+        op.drop_column("incidents", "kernel_lines")

@@ -14,7 +14,7 @@ from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Severity
 from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
-from supervisor.record.store import Incident, Store
+from supervisor.record.records import AddIncident, AddRun, Incident, Transition
 from supervisor.record.writer import RecordWriter
 from supervisor.states import CrashReason, EngineState
 
@@ -131,8 +131,8 @@ class Executor:
     async def _start(self, rung: int) -> None:
         run = await self.launcher.start(rung=rung)
         port = self.policy.engine.port
-        self.writer.submit(lambda store: store.add_run(
-            run_id=run.run_id, mode=run.mode, rung=run.rung, argv=run.argv, pid=run.pid,
+        self.writer.submit(AddRun(
+            run_id=run.run_id, mode=run.mode, rung=run.rung, argv=list(run.argv), pid=run.pid,
             port=port, log_path=str(run.log_path), started_at=run.started_at))
 
     def engine_ready(self, rung: int) -> None:
@@ -140,12 +140,8 @@ class Executor:
         if self.gateway is not None:
             self.gateway.release(rung)
 
-    def _record(self, incident: Incident, transition: dict | None = None) -> None:
-        def write(store: Store) -> None:
-            incident_id = store.add_incident(incident=incident)
-            if transition is not None:
-                store.add_transition(incident_id=incident_id, **transition)
-        self.writer.submit(write)
+    def _record(self, incident: Incident, transition: Transition | None = None) -> None:
+        self.writer.submit(AddIncident(incident=incident, transition=transition))
 
     def _note(self, decision: Decision, from_rung: int) -> None:
         """Record findings that appear in a HOLD (info, or a warning held back) once per run."""
@@ -185,11 +181,10 @@ class Executor:
                 actor = "operator"
             else:
                 actor = "schedule"
-            transition = {
-                "at": incident.started_at, "from_mode": self.policy.modes[from_rung].name,
-                "to_mode": self.policy.modes[decision.rung].name, "from_rung": from_rung,
-                "to_rung": decision.rung, "reason": decision.explanation, "actor": actor,
-            }
+            transition = Transition(
+                at=incident.started_at, from_mode=self.policy.modes[from_rung].name,
+                to_mode=self.policy.modes[decision.rung].name, from_rung=from_rung,
+                to_rung=decision.rung, reason=decision.explanation, actor=actor)
         self._record(incident, transition)
 
 

@@ -165,3 +165,21 @@ def test_secrets_are_masked_before_they_are_stored(url: str) -> None:
                             for v in row)
             assert "sk-123" not in dump and "hf_abc" not in dump
     store.close()
+
+
+def test_downgrade_keeps_working_with_transitions_pointing_at_incidents(url: str) -> None:
+    from datetime import UTC, datetime
+
+    from supervisor.record.records import AddIncident, Incident, Transition
+
+    store = Store.open(url, fleet="f", host="h")
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    store.apply(AddIncident(incident=Incident(kind="k", severity="warning", started_at=t,
+                                              action="step_down", explanation="x"),
+                            transition=Transition(at=t, from_mode="a", to_mode="b",
+                                                  from_rung=0, to_rung=1, reason="x",
+                                                  actor="guard:g")))
+    downgrade(store.engine, "0001")
+    (tr,) = Store(store.engine, fleet="f", host="h").transitions()
+    assert tr.to_mode == "b"
+    store.close()
