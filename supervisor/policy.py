@@ -32,7 +32,14 @@ from pydantic import (
 )
 
 from supervisor.errors import PolicyError
-from supervisor.policy_guards import GatewayLimits, GatewaySpec, Guards, Hysteresis
+from supervisor.policy_guards import (
+    AdminSpec,
+    AlertSpec,
+    GatewayLimits,
+    GatewaySpec,
+    Guards,
+    Hysteresis,
+)
 
 __all__ = [
     "ArgValue",
@@ -237,6 +244,8 @@ class Policy(_Model):
     guards: Guards = Guards()
     hysteresis: Hysteresis = Hysteresis()
     gateway: GatewaySpec = GatewaySpec()
+    admin: AdminSpec = AdminSpec()
+    alerts: AlertSpec = AlertSpec()
     sampling: Sampling = Sampling()
     storage: Storage = Storage()
 
@@ -248,9 +257,11 @@ class Policy(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"modes: names must be unique, repeated: {', '.join(dupes)}")
-        if self.gateway.enabled and self.gateway.host == self.engine.host \
-                and self.gateway.port == self.engine.port:
-            raise ValueError(f"gateway.port {self.gateway.port} is the engine's port too")
+        ports = {(self.engine.host, self.engine.port): "engine.port"}
+        for name, spec in (("gateway", self.gateway), ("admin", self.admin)):
+            if spec.enabled and (spec.host, spec.port) in ports:
+                raise ValueError(f"{name}.port {spec.port} is also {ports[(spec.host, spec.port)]}")
+            ports[(spec.host, spec.port)] = f"{name}.port"
         if self.gateway.auth == "keys" and not self.gateway.api_keys:
             raise ValueError("gateway.auth is keys but gateway.api_keys is empty")
         if self.initial_mode is not None and self.initial_mode not in names:

@@ -13,6 +13,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "AdminSpec",
+    "AlertSpec",
     "ApiKey",
     "EngineHungGuard",
     "GatewayLimits",
@@ -239,3 +241,36 @@ class GatewaySpec(_Model):
         if auth not in ("passthrough", "keys"):
             raise ValueError(f"auth must be passthrough or keys, got {auth!r}")
         return auth
+
+
+class AdminSpec(_Model):
+    """The admin API, the supervisor's /metrics and the dashboard (one FastAPI app)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    """Loopback by default: reads are then open, actions need the token."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 8081
+    token_env: str = "SUPERVISOR_ADMIN_TOKEN"
+    """Environment variable holding the bearer token for actions."""
+    token_file: str | None = None
+    """Or a file holding it (relative to the policy file); it wins over the variable."""
+
+
+class AlertSpec(_Model):
+    """Webhook alerts on emergency and critical incidents and on every step down."""
+
+    webhook_url: str | None = None
+    """None: no alerts."""
+    format: str = "generic"
+    """``generic`` (the incident as JSON) or ``slack`` (``{"text": ...}``)."""
+    min_interval_seconds: Annotated[float, Field(ge=0)] = 60.0
+    """At most one alert of the same kind this often (the rest are counted, not sent)."""
+    retries: Annotated[int, Field(ge=0)] = 3
+    timeout_seconds: Seconds = 5.0
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        if value not in ("generic", "slack"):
+            raise ValueError(f"format must be generic or slack, got {value!r}")
+        return value

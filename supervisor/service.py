@@ -25,7 +25,16 @@ from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
-from supervisor.decide.ladder import LadderState, advance, pause, pin, resume, unpin
+from supervisor.decide.derived import EngineRates, engine_rates
+from supervisor.decide.ladder import (
+    LadderState,
+    advance,
+    pause,
+    pin,
+    request,
+    resume,
+    unpin,
+)
 from supervisor.decide.window import Window
 from supervisor.errors import EngineStopTimeout, StoreError
 from supervisor.gateway.server import Gateway
@@ -53,6 +62,10 @@ from supervisor.sense.gateway_load import GatewayLoadSource
 from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.sense.sample import Sample
+from supervisor.show.alerts import Alerter
+from supervisor.show.api.app import create_admin_app, load_token
+from supervisor.show.metrics import StateCollector, StateView, SupervisorMetrics
+from supervisor.show.serve import AppServer
 from supervisor.states import EngineState
 
 __all__ = ["Supervisor"]
@@ -91,10 +104,18 @@ class Supervisor:
             policy, gpu=GpuSensor(index=policy.sampling.gpu_index),
             kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
             gateway=gateway)
+        self.metrics = SupervisorMetrics(self.registry)
+        self.alerter = Alerter(policy.alerts, policy.fleet, self.metrics.alerts)
         self.executor = Executor(policy, self.launcher, self.writer,
                                  poke_at=self._poke_at, give_up=self._give_up,
                                  kernel_lines=lambda: list(self.sensors.recent_kernel_lines),
-                                 gateway=gateway_control)
+                                 gateway=gateway_control, metrics=self.metrics,
+                                 alerter=self.alerter)
+        self.registry.register(StateCollector(StateView(
+            policy, latest=lambda: self.window.latest, rates=self._rates,
+            rung=lambda: self.ladder.rung, spooled=lambda: self.writer.spooled)))
+        self.started_s = time.monotonic()
+        self._admin: AppServer | None = None
         self.window = Window(policy.sampling.window_seconds)
         self.ladder = LadderState.initial(policy, time.monotonic())
         self.baselines: Baselines = {}
@@ -126,8 +147,16 @@ class Supervisor:
             self.trace.header(fleet=self.policy.fleet, t0_s=self.ladder.since_s,
                               baselines=self.baselines)
         await self._clear_leftovers()
+        self.alerter.start()
         if self.gateway is not None:
             await self.gateway.start()
+        if self.policy.admin.enabled:
+            adm = self.policy.admin
+            self._admin = AppServer(create_admin_app(self, token=load_token(self)), adm.host,
+                                    adm.port, name="admin API")
+            await self._admin.start()
+            logger.info("admin API and dashboard at http://%s:%d/ (metrics: /metrics)",
+                        adm.host, adm.port)
         scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         scheduler.add_job(self._scheduled_tick, "interval",
                           seconds=self.policy.sampling.tick_seconds, max_instances=1,
@@ -168,6 +197,9 @@ class Supervisor:
         await self.launcher.close()
         if self.gateway is not None:
             await self.gateway.stop()
+        if self._admin is not None:
+            await self._admin.stop()
+        await self.alerter.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -336,10 +368,15 @@ class Supervisor:
         if any(counts.values()):
             logger.info("retention: %s", counts)
 
+    def _rates(self) -> EngineRates | None:
+        latest = self.window.latest
+        return None if latest is None else engine_rates(self.window, 60.0, latest.t_s)
+
     # -- operator levers -------------------------------------------------------------
 
     def operate(self, action: str, mode: str | None = None) -> LadderState:
-        """Pull an operator lever: ``pin`` (to ``mode``), ``unpin``, ``pause``, ``resume``.
+        """Pull an operator lever: ``pin`` (to ``mode``), ``unpin``, ``step-down``,
+        ``step-up`` (one rung, once), ``pause``, ``resume``.
 
         Returns the new ladder state; the change is recorded in the trace and decided on
         at once. Raises KeyError for an unknown mode, ValueError for an unknown action.
@@ -352,13 +389,21 @@ class Supervisor:
                 self.ladder = pin(self.ladder, rung)
             case "unpin":
                 self.ladder = unpin(self.ladder)
+            case "step-down" | "step-up":
+                rung = self.ladder.rung + (1 if action == "step-down" else -1)
+                if not 0 <= rung < len(self.policy.modes):
+                    raise ValueError(f"no rung {action.split('-')[1]} of "
+                                     f"{self.policy.modes[self.ladder.rung].name}")
+                self.ladder = request(self.ladder, rung)
+                action = "step"
             case "pause":
                 self.ladder = pause(self.ladder)
             case "resume":
                 self.ladder = resume(self.ladder)
             case _:
                 raise ValueError(f"unknown operator action {action!r}")
-        logger.info("operator: %s%s", action, f" {mode}" if mode else "")
+        logger.info("operator: %s%s", action, f" {self.policy.modes[rung].name}"
+                    if rung is not None else "")
         if self.trace is not None:
             self.trace.operator(now, action, rung)
         self._poke_at(0)

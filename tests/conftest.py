@@ -52,6 +52,7 @@ def fake_engine_policy(tmp_path: Path, *, fake_args: list[str] | None = None,
         },
         "modes": modes or [{"name": "fast"}, {"name": "safe", "args": {"--max-num-seqs": 1}}],
         "gateway": {"port": free_port()},
+        "admin": {"port": free_port()},
         "storage": {"state_directory": str(tmp_path / "state")},
     }
     for key, value in sections.items():

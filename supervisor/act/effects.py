@@ -16,6 +16,8 @@ from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
 from supervisor.record.records import AddIncident, AddRun, Incident, Transition
 from supervisor.record.writer import RecordWriter
+from supervisor.show.alerts import Alerter
+from supervisor.show.metrics import SupervisorMetrics
 from supervisor.states import CrashReason, EngineState
 
 __all__ = ["Executor", "GatewayControl"]
@@ -58,6 +60,8 @@ class Executor:
         give_up: Callable[[], None],
         kernel_lines: Callable[[], list[str]] | None = None,
         gateway: GatewayControl | None = None,
+        metrics: SupervisorMetrics | None = None,
+        alerter: Alerter | None = None,
     ) -> None:
         self.policy = policy
         self.launcher = launcher
@@ -66,6 +70,8 @@ class Executor:
         self._poke_at = poke_at
         self._give_up = give_up
         self._kernel_lines = kernel_lines or list
+        self.metrics = metrics
+        self.alerter = alerter
         self._noted: set[tuple[str | None, str]] = set()
 
     async def carry_out(self, decision: Decision, *, from_rung: int) -> None:
@@ -83,6 +89,8 @@ class Executor:
             self._note(decision, from_rung)
             return
         logger.info("action %s: %s", action, decision.explanation)
+        if self.metrics is not None:
+            self.metrics.decisions.labels(str(action)).inc()
         if action is Action.START:
             await self._start(decision.rung)
             return
@@ -140,8 +148,18 @@ class Executor:
         if self.gateway is not None:
             self.gateway.release(rung)
 
-    def _record(self, incident: Incident, transition: Transition | None = None) -> None:
+    def _record(self, incident: Incident, transition: Transition | None = None,
+                findings: tuple[Finding, ...] = ()) -> None:
         self.writer.submit(AddIncident(incident=incident, transition=transition))
+        if self.metrics is not None:
+            self.metrics.incidents.labels(incident.kind, incident.severity).inc()
+            for f in findings:
+                self.metrics.findings.labels(f.guard, f.kind, str(f.severity)).inc()
+            if transition is not None:
+                self.metrics.transitions.labels(transition.from_mode or "", transition.to_mode,
+                                                transition.actor).inc()
+        if self.alerter is not None:
+            self.alerter.notify(incident, transition)
 
     def _note(self, decision: Decision, from_rung: int) -> None:
         """Record findings that appear in a HOLD (info, or a warning held back) once per run."""
@@ -151,7 +169,7 @@ class Executor:
                 continue
             self._noted.add(key)
             logger.info("noted %s (%s): %s", f.kind, f.severity, f.summary)
-            self._record(self._incident(decision, from_rung, f, action="hold"))
+            self._record(self._incident(decision, from_rung, f, action="hold"), findings=(f,))
 
     def _incident(self, decision: Decision, from_rung: int, worst: Finding | None,
                   action: str) -> Incident:
@@ -185,7 +203,7 @@ class Executor:
                 at=incident.started_at, from_mode=self.policy.modes[from_rung].name,
                 to_mode=self.policy.modes[decision.rung].name, from_rung=from_rung,
                 to_rung=decision.rung, reason=decision.explanation, actor=actor)
-        self._record(incident, transition)
+        self._record(incident, transition, decision.findings)
 
 
 def _log_tail(run: EngineRun | None) -> str | None:

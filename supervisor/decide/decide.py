@@ -202,11 +202,13 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
 
 def _pinned(sit: Situation, findings: list[Finding]) -> Decision | None:
     ladder = sit.ladder
-    if ladder.pinned is None or ladder.pinned == ladder.rung:
+    target, how = ladder.pinned, "pinned by the operator to"
+    if target is None or target == ladder.rung:
+        target, how = ladder.requested, "moved by the operator to"
+    if target is None or target == ladder.rung:
         return None
-    action = Action.STEP_DOWN if ladder.pinned > ladder.rung else Action.STEP_UP
-    return Decision(action, ladder.pinned, f"pinned by the operator to "
-                    f"{_name(sit, ladder.pinned)}", tuple(findings))
+    action = Action.STEP_DOWN if target > ladder.rung else Action.STEP_UP
+    return Decision(action, target, f"{how} {_name(sit, target)}", tuple(findings))
 
 
 def _in_window(sit: Situation) -> bool:

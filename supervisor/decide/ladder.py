@@ -13,8 +13,8 @@ from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Severity
 from supervisor.policy import Policy, Restart
 
-__all__ = ["LadderState", "advance", "pause", "pin", "recent_crashes", "restart_delay",
-           "resume", "unpin"]
+__all__ = ["LadderState", "advance", "pause", "pin", "recent_crashes", "request",
+           "restart_delay", "resume", "unpin"]
 
 HOUR = 3600.0
 
@@ -49,6 +49,8 @@ class LadderState:
     deferred_since_s: float | None = None
     pinned: int | None = None
     paused: bool = False
+    requested: int | None = None
+    """A one-shot operator move (step up/down): taken once, then the ladder is free."""
 
     @classmethod
     def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
@@ -127,6 +129,7 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                          if decision.action is Action.STEP_UP else None)
             return rep(
                 ladder, rung=decision.rung, crash_times_s=() if moved else ladder.crash_times_s,
+                requested=None if ladder.requested == decision.rung else ladder.requested,
                 handled_run_id=decision.run_id or ladder.handled_run_id,
                 start_not_before_s=now_s + decision.delay_seconds,
                 last_change_s=now_s if moved else ladder.last_change_s,
@@ -149,6 +152,11 @@ def pin(ladder: LadderState, rung: int) -> LadderState:
 def unpin(ladder: LadderState) -> LadderState:
     """Operator: let the ladder move on its own again."""
     return dataclasses.replace(ladder, pinned=None)
+
+
+def request(ladder: LadderState, rung: int) -> LadderState:
+    """Operator: move to ``rung`` once (step up or down), then let the ladder move again."""
+    return dataclasses.replace(ladder, requested=rung)
 
 
 def pause(ladder: LadderState) -> LadderState:

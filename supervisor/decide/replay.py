@@ -14,7 +14,15 @@ from typing import Any
 from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
-from supervisor.decide.ladder import LadderState, advance, pause, pin, resume, unpin
+from supervisor.decide.ladder import (
+    LadderState,
+    advance,
+    pause,
+    pin,
+    request,
+    resume,
+    unpin,
+)
 from supervisor.decide.window import Window
 from supervisor.policy import Policy
 from supervisor.sense.sample import Sample
@@ -95,4 +103,6 @@ def _operator(ladder: LadderState, rec: dict[str, Any]) -> LadderState:
             return pause(ladder)
         case "resume":
             return resume(ladder)
+        case "step":
+            return request(ladder, int(rec["rung"]))
     return ladder

@@ -8,13 +8,11 @@ It serves with uvicorn inside the supervisor's own event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 
 import aiohttp
 import httpx
-import uvicorn
 from prometheus_client import CollectorRegistry
 
 from supervisor.gateway.admission import Admission
@@ -22,6 +20,7 @@ from supervisor.gateway.metrics import GatewayMetrics
 from supervisor.gateway.proxy import GatewayApp
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
+from supervisor.show.serve import AppServer
 
 __all__ = ["Gateway"]
 
@@ -56,8 +55,7 @@ class Gateway:
         self.upstream: aiohttp.ClientSession | None = None
         """The proxied traffic's client: opened in ``start`` (it needs the running loop)."""
         self.app = GatewayApp(self)
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server: AppServer | None = None
 
     # -- GatewayLoadSource -----------------------------------------------------------
 
@@ -127,28 +125,15 @@ class Gateway:
                                           sock_read=self.spec.upstream_timeout_seconds),
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
             auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
-        config = uvicorn.Config(self.app, host=self.spec.host, port=self.spec.port,
-                                log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
-        # uvicorn takes SIGINT/SIGTERM with signal.signal() while it serves; the service
-        # owns those signals (it must drain and stop the engine first).
-        self._server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-        self._task = asyncio.get_running_loop().create_task(self._server.serve())
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()   # raises the bind error
-                raise OSError(f"gateway could not start on {self.spec.host}:{self.spec.port}")
-            await asyncio.sleep(0.02)
+        self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway")
+        await self._server.start()
         logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
                     self.spec.port)
 
     async def stop(self) -> None:
         """Stop serving and close the upstream connections."""
         if self._server is not None:
-            self._server.should_exit = True
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+            await self._server.stop()
         await self.client.aclose()
         if self.upstream is not None:
             await self.upstream.close()

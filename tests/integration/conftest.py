@@ -51,6 +51,7 @@ def demo_policy(tmp_path: Path, **overrides: Any) -> Path:
     data["engine"]["working_directory"] = str(ROOT)
     data["engine"]["port"] = free_port()
     data["gateway"] = {**data.get("gateway", {}), "port": free_port()}
+    data["admin"] = {**data.get("admin", {}), "port": free_port()}
     data["storage"] = {"state_directory": str(tmp_path / "state")}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -70,6 +71,7 @@ class Service:
         data = yaml.safe_load(policy_path.read_text())
         self.port = data["engine"]["port"]
         self.gateway_port = data["gateway"]["port"]
+        self.admin_port = data["admin"]["port"]
         self.db = f"sqlite:///{data['storage']['state_directory']}/supervisor.db"
         self.log_path = policy_path.with_suffix(".log")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()

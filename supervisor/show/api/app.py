@@ -1,0 +1,61 @@
+"""``create_admin_app``: the FastAPI app of the admin API, /metrics and the dashboard."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from supervisor import __version__
+from supervisor.show.api import actions, incidents, status, telemetry, transitions
+from supervisor.show.api.deps import ReadAccess, is_loopback
+
+if TYPE_CHECKING:
+    from supervisor.service import Supervisor
+
+__all__ = ["STATIC", "create_admin_app", "load_token"]
+
+STATIC = Path(__file__).resolve().parents[1] / "static"
+
+
+def load_token(sup: Supervisor) -> str | None:
+    """The actions' bearer token: ``admin.token_file`` (stripped) or ``admin.token_env``."""
+    spec = sup.policy.admin
+    if spec.token_file:
+        return sup.policy.resolve(spec.token_file).read_text().strip() or None
+    return os.environ.get(spec.token_env) or None
+
+
+def create_admin_app(sup: Supervisor, *, token: str | None = None) -> FastAPI:
+    """Routes: /api/status, /api/incidents[/{id}], /api/transitions, /api/telemetry,
+    /api/actions/{action}, /metrics, and the dashboard at /. OpenAPI at /docs."""
+    app = FastAPI(title="agent-serving supervisor", version=__version__,
+                  description="Admin API of the reliability supervisor: status, incidents, "
+                  "transitions, telemetry and operator actions (actions need the bearer "
+                  "token).")
+    app.state.supervisor = sup
+    app.state.token = token
+    app.state.reads_open = is_loopback(sup.policy.admin.host)
+    for module in (status, incidents, transitions, telemetry, actions):
+        app.include_router(module.router)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Every error in one shape (the OpenAI error object, marked as ours)."""
+        return JSONResponse({"error": {"message": str(exc.detail), "type": "admin_error",
+                                       "code": exc.status_code}, "src": "supervisor"},
+                            status_code=exc.status_code, headers=exc.headers)
+
+    @app.get("/metrics", dependencies=[ReadAccess], tags=["metrics"])
+    async def metrics() -> Response:
+        """The supervisor's own Prometheus metrics."""
+        return Response(generate_latest(sup.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.mount("/", StaticFiles(directory=STATIC, html=True), name="dashboard")
+    return app

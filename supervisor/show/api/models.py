@@ -1,0 +1,77 @@
+"""API models, kept apart from the tables (STYLE.md section 10)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["ActionIn", "DecisionOut", "IncidentOut", "LadderRung", "StatusOut", "TransitionOut"]
+
+
+class LadderRung(BaseModel):
+    rung: int
+    mode: str
+    description: str
+    speculative: bool
+    current: bool
+    barred_until_seconds: float | None = None
+
+
+class DecisionOut(BaseModel):
+    action: str
+    rung: int
+    mode: str
+    explanation: str
+    findings: list[dict[str, Any]]
+
+
+class StatusOut(BaseModel):
+    fleet: str
+    version: str
+    mode: str
+    rung: int
+    ladder: list[LadderRung]
+    engine_state: str
+    engine_run_id: str | None
+    engine_pid: int | None
+    engine_seconds_in_state: float | None
+    last_decision: DecisionOut | None
+    paused: bool
+    pinned: str | None
+    shed: bool
+    calm_seconds: float
+    gateway: dict[str, Any] | None
+    uptime_seconds: float
+
+
+class IncidentOut(BaseModel):
+    id: int
+    kind: str
+    severity: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    mode: str | None
+    action: str
+    outcome: str | None
+    explanation: str
+    run_id: str | None
+    findings: list[dict[str, Any]] = []
+    kernel_lines: list[str] | None = None
+    log_tail: str | None = None
+
+
+class TransitionOut(BaseModel):
+    id: int
+    at: datetime
+    from_mode: str | None
+    to_mode: str
+    actor: str
+    reason: str
+    incident_id: int | None
+
+
+class ActionIn(BaseModel):
+    mode: str | None = None
+    """For ``pin``: the mode to pin."""
