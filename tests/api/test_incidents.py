@@ -24,7 +24,7 @@ async def test_a_real_crash_is_listed_with_its_evidence(client, service) -> None
     detail = (await client.get(f"/api/incidents/{inc['id']}")).json()
     # The tail as it was when the crash was seen: the engine's own lines up to then.
     assert detail["log_tail"].startswith("fake engine pid ") and "ready" in detail["log_tail"]
-    assert detail["findings"][0]["evidence"]["engine_core_alive"] is False
+    assert detail["findings"][0]["evidence"]["engine_state"] == "crashed"
     assert (await client.get("/api/incidents", params={"kind": "memory_floor"})).json() == []
 
 
