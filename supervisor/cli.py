@@ -6,6 +6,7 @@
     supervisor calibrate --policy FILE        measure each mode under a standard agent load
     supervisor replay TRACE --policy FILE     the decisions of a recorded trace, replayed
     supervisor policy check FILE              validate a policy and print its ladder
+    supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor demo-models DIR                build the tiny local models (idempotent)
     supervisor sample --policy FILE [--watch] print Samples of the engine and the box as JSON
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -42,12 +44,27 @@ logger = logging.getLogger("supervisor")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC ISO), level, logger, message (+ exc_info)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+               "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        # Under systemd, journald stamps every line itself.
+        stamp = "" if "JOURNAL_STREAM" in os.environ else "%(asctime)s "
+        handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
     # APScheduler logs every job run at INFO; its warnings (missed runs) stay visible.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -59,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="json: one JSON object per line (for log shippers)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the engine under a policy until SIGTERM")
@@ -82,6 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
     check.add_argument("file", type=Path)
+
+    unit = sub.add_parser("systemd-unit", help="print a systemd unit file for this policy")
+    unit.add_argument("--policy", required=True, type=Path)
+    unit.add_argument("--user", help="User= of the service (default: root)")
 
     env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment")
     env.add_argument("--path", type=Path, default=Path(".engine-venv"))
@@ -217,6 +240,14 @@ async def _run_service(policy: Policy, trace: Path | None = None,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sup.request_stop, f"{signal.Signals(sig).name} received")
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(sup.reload("SIGHUP"))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
     logger.info("supervisor %s: fleet %s, %d modes, database %s", __version__, policy.fleet,
                 len(policy.modes), policy.database_url)
     return await sup.run()
@@ -225,7 +256,7 @@ async def _run_service(policy: Policy, trace: Path | None = None,
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``supervisor`` command. Returns the exit status."""
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     if args.command != "run":
         # A reader that goes away (`| head`) ends a listing quietly, as for coreutils.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -236,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
 
                 policy = load_policy_file(args.policy)
                 return uvloop.run(_run_service(policy, args.record, args.policy))
+            case "systemd-unit":
+                from supervisor.act.systemd import unit_file
+
+                path = args.policy.resolve()
+                print(unit_file(load_policy_file(path), path, user=args.user), end="")
+                return EXIT_OK
             case "calibrate":
                 from supervisor.calibrate import calibrate
 

@@ -39,6 +39,7 @@ from supervisor.policy_guards import (
     GatewaySpec,
     Guards,
     Hysteresis,
+    RecoverySpec,
 )
 
 __all__ = [
@@ -225,6 +226,11 @@ class Storage(_Model):
     """Telemetry older than this is folded from 10 s rows into 1 min rows."""
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 30.0
     retention_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    engine_log_max_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
+    """An engine log past this is rotated (copied to .1 and truncated: the engine keeps
+    its file open)."""
+    engine_logs_keep: Annotated[int, Field(ge=1)] = 50
+    """Logs of this many past engine runs are kept; older ones are deleted."""
     spool_max_bytes: Annotated[int, Field(ge=1)] = 256 * 1024 * 1024
     """Writes the database refused wait in <state_directory>/spool.jsonl up to this size
     (past it, only telemetry and heartbeats are dropped)."""
@@ -246,6 +252,7 @@ class Policy(_Model):
     gateway: GatewaySpec = GatewaySpec()
     admin: AdminSpec = AdminSpec()
     alerts: AlertSpec = AlertSpec()
+    recovery: RecoverySpec = RecoverySpec()
     sampling: Sampling = Sampling()
     storage: Storage = Storage()
 

@@ -26,6 +26,7 @@ __all__ = [
     "MemoryForecastGuard",
     "MemoryPressureGuard",
     "PreemptionGuard",
+    "RecoverySpec",
     "SpeculativeGuard",
     "ThermalGuard",
 ]
@@ -273,4 +274,24 @@ class AlertSpec(_Model):
     def _format(cls, value: str) -> str:
         if value not in ("generic", "slack"):
             raise ValueError(f"format must be generic or slack, got {value!r}")
+        return value
+
+
+class RecoverySpec(_Model):
+    """What a new life of the supervisor does with what the last one left, and reloads."""
+
+    on_restart: str = "adopt"
+    """``adopt``: an engine the previous life launched, still alive and launched with the
+    arguments this policy gives its mode, is taken over without a restart (agents keep
+    their requests); ``stop``: it is stopped and a fresh one started. Anything else of
+    ours left running is stopped either way: never two engines, never an orphan."""
+    watch_policy_file: bool = True
+    """Reload the policy when its file changes (as on SIGHUP)."""
+    watch_interval_seconds: Seconds = 5.0
+
+    @field_validator("on_restart")
+    @classmethod
+    def _on_restart(cls, value: str) -> str:
+        if value not in ("adopt", "stop"):
+            raise ValueError(f"on_restart must be adopt or stop, got {value!r}")
         return value

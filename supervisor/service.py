@@ -22,6 +22,8 @@ from prometheus_client import CollectorRegistry
 from supervisor import __version__
 from supervisor.act.effects import Executor, GatewayControl
 from supervisor.act.launcher import EngineLauncher, EngineRun
+from supervisor.act.logfiles import rotate_engine_logs
+from supervisor.act.systemd import Notifier
 from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
@@ -36,9 +38,9 @@ from supervisor.decide.ladder import (
     unpin,
 )
 from supervisor.decide.window import Window
-from supervisor.errors import EngineStopTimeout, StoreError
+from supervisor.errors import EngineStopTimeout, PolicyError, StoreError
 from supervisor.gateway.server import Gateway
-from supervisor.policy import Policy
+from supervisor.policy import Policy, load_policy_file, needs_restart
 from supervisor.record.baselines import load_baselines
 from supervisor.record.records import (
     AddIncident,
@@ -77,6 +79,30 @@ logger = logging.getLogger(__name__)
 SPOOL_REPLAY_SECONDS = 30.0
 TELEMETRY_SECONDS = 10.0
 TELEMETRY_BATCH = 6
+LOG_ROTATE_SECONDS = 60.0
+
+
+def _mtime(path: Path | None) -> float | None:
+    try:
+        return None if path is None else path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _fixed_sections(old: Policy, new: Policy) -> list[str]:
+    """Settings a running service cannot change (listeners, storage)."""
+    fixed = []
+    if (old.engine.host, old.engine.port) != (new.engine.host, new.engine.port):
+        fixed.append("engine.host/port")
+    for name in ("gateway", "admin"):
+        a, b = getattr(old, name), getattr(new, name)
+        if (a.enabled, a.host, a.port) != (b.enabled, b.host, b.port):
+            fixed.append(f"{name}.enabled/host/port")
+    if old.storage != new.storage or old.state_directory != new.state_directory:
+        fixed.append("storage")
+    if old.fleet != new.fleet:
+        fixed.append("fleet")
+    return fixed
 
 
 class Supervisor:
@@ -116,6 +142,9 @@ class Supervisor:
             rung=lambda: self.ladder.rung, spooled=lambda: self.writer.spooled)))
         self.started_s = time.monotonic()
         self._admin: AppServer | None = None
+        self.notifier = Notifier()
+        self._scheduler: AsyncIOScheduler | None = None
+        self._policy_mtime = _mtime(policy_path)
         self.window = Window(policy.sampling.window_seconds)
         self.ladder = LadderState.initial(policy, time.monotonic())
         self.baselines: Baselines = {}
@@ -157,7 +186,7 @@ class Supervisor:
             await self._admin.start()
             logger.info("admin API and dashboard at http://%s:%d/ (metrics: /metrics)",
                         adm.host, adm.port)
-        scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+        scheduler = self._scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         scheduler.add_job(self._scheduled_tick, "interval",
                           seconds=self.policy.sampling.tick_seconds, max_instances=1,
                           coalesce=True, misfire_grace_time=None, id="tick")
@@ -165,7 +194,9 @@ class Supervisor:
         for job, seconds in ((self._replay_spool, SPOOL_REPLAY_SECONDS),
                              (self._heartbeat, st.heartbeat_seconds),
                              (self._telemetry, TELEMETRY_SECONDS),
-                             (self._retention, st.retention_interval_seconds)):
+                             (self._retention, st.retention_interval_seconds),
+                             (self._rotate_logs, LOG_ROTATE_SECONDS),
+                             (self._watch_policy, self.policy.recovery.watch_interval_seconds)):
             scheduler.add_job(job, "interval", seconds=seconds, max_instances=1,
                               coalesce=True, misfire_grace_time=None, id=job.__name__)
         scheduler.start()
@@ -181,6 +212,8 @@ class Supervisor:
         """Ask ``run()`` to stop the engine and return (safe from a signal handler)."""
         if not self._stop.is_set():
             logger.info("supervisor stopping: %s", reason)
+            self.notifier.stopping()
+            self.notifier.status(f"stopping: {reason}")
             self._stop.set()
 
     async def _shutdown(self) -> None:
@@ -230,6 +263,10 @@ class Supervisor:
         """Stop engines an earlier life of the service left running; close their runs."""
         store = self.writer.store
         rows = await asyncio.to_thread(store.unfinished_runs)
+        if rows and self.policy.recovery.on_restart == "adopt":
+            newest = rows[-1]
+            if await self._adopt(newest):
+                rows = rows[:-1]
         for row in rows:
             killed: list[int] = []
             if row.pid is not None:
@@ -252,10 +289,33 @@ class Supervisor:
                     outcome="process group gone",
                     findings=[{"pids": killed, "pgid": row.pid, "port": row.port}])))
 
+    async def _adopt(self, row) -> bool:  # type: ignore[no-untyped-def]
+        """Take over the engine the previous life left running, if it is still this
+        policy's engine for its mode; returns whether it was adopted."""
+        names = [m.name for m in self.policy.modes]
+        if row.pid is None or row.mode not in names:
+            return False
+        rung = names.index(row.mode)
+        run = await self.launcher.adopt(run_id=row.run_id, rung=rung, pid=row.pid,
+                                        log_path=Path(row.log_path), started_at=row.started_at)
+        if run is None:
+            return False
+        self.ladder = dataclasses.replace(self.ladder, rung=rung)
+        self.writer.submit(AddIncident(incident=Incident(
+            kind="engine_adopted", severity="info", started_at=datetime.now(UTC),
+            action="adopt", mode=row.mode, rung=rung, run_id=row.run_id,
+            explanation=f"engine run {row.run_id} (mode {row.mode}, pid {row.pid}) outlived "
+            "an earlier life of the supervisor and was adopted without a restart",
+            outcome="supervising it again", findings=[{"pid": row.pid, "port": row.port}])))
+        return True
+
     # -- the tick --------------------------------------------------------------------
 
     async def _scheduled_tick(self) -> None:
         await self.tick(reason="schedule")
+        # From the main loop, after a tick ran: a stuck supervisor stops pinging and
+        # systemd (WatchdogSec=) restarts it.
+        self.notifier.watchdog()
 
     async def tick(self, *, reason: str = "schedule") -> Decision | None:
         """Sample, decide, and hand the decision to the executor. Returns the decision,
@@ -372,6 +432,83 @@ class Supervisor:
         latest = self.window.latest
         return None if latest is None else engine_rates(self.window, 60.0, latest.t_s)
 
+    # -- policy reload, log rotation ---------------------------------------------------
+
+    async def reload(self, reason: str = "SIGHUP") -> bool:
+        """Reload the policy file; returns whether the new policy was taken.
+
+        The new file is validated first: a bad one is refused (an incident records why)
+        and the running policy stays. Sections that cannot change while running (the
+        engine's host and port, the gateway's and the admin API's listeners, storage)
+        are refused too. Otherwise the new policy applies at once (gateway limits,
+        guards, hysteresis), and when the running mode's engine arguments changed, the
+        engine is drained and restarted through the normal switch (Action.RELOAD).
+        """
+        if self.policy_path is None:
+            logger.warning("reload (%s) ignored: the policy did not come from a file", reason)
+            return False
+        self._policy_mtime = _mtime(self.policy_path)
+        try:
+            new = await asyncio.to_thread(load_policy_file, self.policy_path)
+            fixed = _fixed_sections(self.policy, new)
+            if fixed:
+                raise PolicyError(str(self.policy_path), message="cannot change while running: "
+                                  + ", ".join(fixed) + " (restart the service for that)")
+        except PolicyError as exc:
+            logger.error("policy reload (%s) refused, the running policy stays: %s", reason, exc)
+            self.writer.submit(AddIncident(incident=Incident(
+                kind="policy_rejected", severity="warning", started_at=datetime.now(UTC),
+                action="keep_policy", mode=self.policy.modes[self.ladder.rung].name,
+                rung=self.ladder.rung, explanation=f"policy reload ({reason}) refused: {exc}",
+                outcome="the running policy stays", findings=[{"error": str(exc)}])))
+            return False
+        old_mode = self.policy.modes[self.ladder.rung]
+        names = [m.name for m in new.modes]
+        rung = names.index(old_mode.name) if old_mode.name in names else new.initial_rung
+        changed = old_mode.name not in names or needs_restart(old_mode, new.modes[rung])
+        self._apply_policy(new)
+        self.ladder = dataclasses.replace(self.ladder, rung=rung, reload_pending=changed,
+                                          pinned=None, requested=None)
+        logger.info("policy reloaded (%s): %d modes; running mode %s%s", reason,
+                    len(new.modes), new.modes[rung].name,
+                    " changed: the engine restarts" if changed else " unchanged")
+        self.writer.submit(AddIncident(incident=Incident(
+            kind="policy_reloaded", severity="info", started_at=datetime.now(UTC),
+            action="reload", mode=new.modes[rung].name, rung=rung,
+            explanation=f"policy reloaded ({reason}); mode {new.modes[rung].name} "
+            + ("arguments changed: drain and restart" if changed else "unchanged"),
+            outcome="new policy in force")))
+        self._poke_at(0)
+        return True
+
+    def _apply_policy(self, new: Policy) -> None:
+        self.policy = new
+        for part in (self.launcher, self.sensors, self.executor):
+            part.policy = new
+        self.window.max_age_seconds = new.sampling.window_seconds
+        self.alerter.spec = new.alerts
+        if self.gateway is not None:
+            self.gateway.policy = new
+            self.gateway.spec = new.gateway
+        if self._scheduler is not None:
+            self._scheduler.reschedule_job("tick", trigger="interval",
+                                           seconds=new.sampling.tick_seconds)
+
+    async def _watch_policy(self) -> None:
+        if not self.policy.recovery.watch_policy_file or self.policy_path is None:
+            return
+        mtime = _mtime(self.policy_path)
+        if mtime is not None and mtime != self._policy_mtime:
+            await self.reload("policy file changed")
+
+    async def _rotate_logs(self) -> None:
+        run = self.launcher.run
+        current = run.log_path if run is not None else None
+        st = self.policy.storage
+        await asyncio.to_thread(rotate_engine_logs, self.policy.state_directory / "logs",
+                                current=current, max_bytes=st.engine_log_max_bytes,
+                                keep=st.engine_logs_keep)
+
     # -- operator levers -------------------------------------------------------------
 
     def operate(self, action: str, mode: str | None = None) -> LadderState:
@@ -412,6 +549,10 @@ class Supervisor:
     # -- engine events ---------------------------------------------------------------
 
     def _on_engine_change(self, run: EngineRun, state: EngineState) -> None:
+        status = f"mode {run.mode} (rung {run.rung}): engine {state}, run {run.run_id}"
+        if state is EngineState.READY:
+            self.notifier.ready(status)
+        self.notifier.status(status)
         if state is EngineState.READY:
             self.executor.engine_ready(run.rung)
             logger.info("engine ready: OpenAI API at %s/v1 (mode %s, run %s, %.1f s to ready)",

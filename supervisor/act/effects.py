@@ -118,7 +118,7 @@ class Executor:
     async def _clear(self, decision: Decision) -> None:
         """Stop the current engine the way the decision calls for."""
         worst = decision.findings[0] if decision.findings else None
-        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP) and (
+        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP, Action.RELOAD) and (
             self.launcher.state is EngineState.READY
             and (worst is None or worst.severity is not Severity.CRITICAL))
         if graceful:
@@ -228,6 +228,8 @@ def _outcome(decision: Decision, policy: Policy) -> str:
             return f"stepped up to mode {mode} (probation)"
         case Action.SHED:
             return "gateway limits lowered" if decision.shed else "gateway limits restored"
+        case Action.RELOAD:
+            return f"engine restarted with mode {mode}'s new arguments"
         case Action.GIVE_UP:
             return "gave up: service exits 1"
     return str(decision.action)

@@ -241,20 +241,40 @@ class EngineLauncher:
                 return await asyncio.create_subprocess_exec(
                     *run.argv, cwd=self.policy.working_directory, env=env,
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
+                    start_new_session=True, preexec_fn=_ENGINE_SCHEDULING.apply,
                 )
         except OSError as exc:
             raise EngineStartError(f"cannot execute {run.argv[0]}: {exc.strerror or exc}") from exc
 
     async def _watch_exit(self, run: EngineRun, proc: asyncio.subprocess.Process) -> None:
         rc = await proc.wait()
-        run.exited_s = self._clock()
         run.exit_code, run.exit_signal = (rc, None) if rc >= 0 else (None, -rc)
+        self._exited_now(run, f"status {rc}" if rc >= 0 else
+                         f"signal {signal.Signals(-rc).name}")
+
+    def _watch_exit_pidfd(self, run: EngineRun) -> None:
+        """Exit watch for an adopted engine: not our child, so no status, only the fact."""
+        assert run.pid is not None
+        try:
+            fd = os.pidfd_open(run.pid)
+        except OSError:
+            self._exited_now(run, "status unknown (it was gone when adopted)")
+            return
+        loop = asyncio.get_running_loop()
+
+        def gone() -> None:
+            loop.remove_reader(fd)
+            os.close(fd)
+            self._exited_now(run, "status unknown (adopted, not our child)")
+
+        loop.add_reader(fd, gone)
+
+    def _exited_now(self, run: EngineRun, how: str) -> None:
+        run.exited_s = self._clock()
         self._exited.set()
         self._unwatch_children()
         if self._run is not run or self._state not in (EngineState.STARTING, EngineState.READY):
             return  # a stop or kill we asked for, or a crash already declared
-        how = f"status {rc}" if rc >= 0 else f"signal {signal.Signals(-rc).name}"
         was_ready = self._state is EngineState.READY
         run.crash_reason = CrashReason.EXITED if was_ready else CrashReason.START_FAILED
         run.ended_at = _utcnow()
@@ -410,6 +430,47 @@ class EngineLauncher:
             logger.info("engine run %s: removed %d leftover /dev/shm files: %s", run.run_id,
                         len(removed), ", ".join(removed))
 
+    async def adopt(self, *, run_id: str, rung: int, pid: int, log_path: Path,
+                    started_at: datetime) -> EngineRun | None:
+        """Take over an engine an earlier life of the service launched and left running.
+
+        Only if its group lives and its API server's command line is exactly what this
+        policy gives ``rung`` (same mode, same arguments); otherwise returns None and
+        touches nothing (the caller stops it). The run keeps its id and log file; its
+        exit is watched through a pidfd (it is no longer our child, so its exit status
+        is unknown); it is READY at once if /health answers 200, else STARTING.
+        """
+        if self._state is not EngineState.STOPPED:
+            raise EngineStartError(f"engine already {self._state}", engine_pid=self._pid())
+        argv = build_argv(self.policy, self.policy.modes[rung])
+        if not group_members(pid) or not _looks_like(pid, argv) or \
+                psutil.Process(pid).cmdline() != argv:
+            return None
+        age = max(0.0, (_utcnow() - started_at).total_seconds())
+        run = EngineRun(run_id=run_id, rung=rung, mode=self.policy.modes[rung].name, argv=argv,
+                        log_path=log_path, tmp_dir=run_tmp_dir(run_id),
+                        started_s=self._clock() - age, started_at=started_at, pid=pid)
+        run.log_tail = LogTail(log_path)
+        self._run = run
+        self._proc = None
+        self._exited = asyncio.Event()
+        self._watch_exit_pidfd(run)
+        if self._exited.is_set():
+            self._run = None
+            return None
+        async with httpx.AsyncClient() as client:
+            status, _ = await probe_health(client, self.base_url, timeout_seconds=2.0)
+        logger.info("engine run %s: adopted pid %d (mode %s) from an earlier life", run_id,
+                    pid, run.mode)
+        if status == 200:
+            run.ready_s, run.ready_at = self._clock(), _utcnow()
+            self._watch_children(run)
+            self._set(EngineState.READY, "adopted, /health 200")
+        else:
+            self._set(EngineState.STARTING, "adopted, not ready yet")
+            self._spawn_task(self._watch_ready(run))
+        return run
+
     async def clear_leftover(self, run_id: str, pid: int, argv: list[str]) -> list[int]:
         """Kill what is left of an engine an earlier life of the service launched.
 
@@ -445,6 +506,39 @@ class EngineLauncher:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class _Scheduling:
+    """The CPU scheduling an engine starts with: the normal class, every CPU, nice 0,
+    oom_score_adj 0.
+
+    The unit file runs the supervisor round-robin at a low real-time priority (so the
+    engine cannot starve its ticks, shared/CPU_ENGINE.md); children inherit that, and an
+    engine in a real-time class would starve the whole box. Captured in the parent, applied
+    in the child between fork and exec (os calls only: no lock a thread might hold).
+    """
+
+    def __init__(self) -> None:
+        self.cpus = set(range(os.cpu_count() or 1))
+
+    def apply(self) -> None:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if os.sched_getaffinity(0) != self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+        if os.getpriority(os.PRIO_PROCESS, 0) < 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        # The unit shields the supervisor from the OOM killer; the engine must stay the
+        # one it picks (raising oom_score_adj back to 0 needs no privilege).
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR)
+        try:
+            if int(os.read(fd, 16) or b"0") < 0:
+                os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
+_ENGINE_SCHEDULING = _Scheduling()
 
 
 def _looks_like(pid: int, argv: list[str]) -> bool:

@@ -10,7 +10,8 @@ Order of precedence (DESIGN.md, "Guards"):
 2. critical (dead, hung): restart with backoff; the start limit steps down; a crash with
    a speculative-decoding signature goes to the first rung without speculation; a crash
    during probation steps back down and bars the rung;
-3. the engine is stopped: start it when the backoff allows;
+3. the engine is stopped: start it when the backoff allows; a reloaded policy that
+   changed the running mode's arguments: drain and restart;
 4. warnings: instant levers first (shed the gateway's limits), then a graceful step
    down, within the cooldown and the transitions-per-hour limit; a failed probation goes
    back at once;
@@ -57,7 +58,7 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
                         f"{policy.modes[ladder.rung].name} (the last rung) kept crashing")
     sit = Situation(window, ladder, policy, now_s, baselines or {})
     findings = findings_of(sit)
-    for step in (_emergency, _crash, _stopped, _warnings, _pinned, _calm):
+    for step in (_emergency, _crash, _stopped, _reload, _warnings, _pinned, _calm):
         decision = step(sit, findings)
         if decision is not None:
             return decision
@@ -141,6 +142,15 @@ def _stopped(sit: Situation, findings: list[Finding]) -> Decision | None:
                         tuple(findings))
     return Decision(Action.HOLD, ladder.rung, f"engine stopped: start of mode {mode} due in "
                     f"{wait:.1f} s (restart backoff)", tuple(findings))
+
+
+def _reload(sit: Situation, findings: list[Finding]) -> Decision | None:
+    if not sit.ladder.reload_pending:
+        return None
+    mode = _name(sit, sit.ladder.rung)
+    return Decision(Action.RELOAD, sit.ladder.rung, f"policy reloaded: the engine runs "
+                    f"arguments mode {mode} no longer has -> drain and restart it",
+                    tuple(findings))
 
 
 def _blocked(sit: Situation) -> str | None:

@@ -27,6 +27,9 @@ class Action(StrEnum):
     """Emergency: SIGKILL the engine's process group now, then start at ``rung``."""
     STEP_UP = "step_up"
     """Calm for long enough: drain and start one rung up, on probation."""
+    RELOAD = "reload"
+    """The policy was reloaded and the current mode's engine arguments changed: drain and
+    restart the engine at ``rung`` with the new arguments."""
     SHED = "shed"
     """Instant lever: lower the gateway's limits (``shed`` True) or restore them (False)."""
     GIVE_UP = "give_up"
@@ -35,7 +38,8 @@ class Action(StrEnum):
 
 
 #: Actions that stop the current engine and start another one.
-SWITCHES = frozenset({Action.RESTART, Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP})
+SWITCHES = frozenset({Action.RESTART, Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP,
+                      Action.RELOAD})
 
 
 @dataclass(frozen=True, slots=True)

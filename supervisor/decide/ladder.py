@@ -51,6 +51,8 @@ class LadderState:
     paused: bool = False
     requested: int | None = None
     """A one-shot operator move (step up/down): taken once, then the ladder is free."""
+    reload_pending: bool = False
+    """The policy was reloaded and the running engine's arguments are no longer its mode's."""
 
     @classmethod
     def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
@@ -138,6 +140,8 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                 deferred_since_s=None)
         case Action.SHED:
             return rep(ladder, shed=bool(decision.shed))
+        case Action.RELOAD | Action.START:
+            return rep(ladder, reload_pending=False)
         case Action.GIVE_UP:
             return rep(ladder, gave_up=True, handled_run_id=decision.run_id)
         case _:

@@ -1,0 +1,220 @@
+"""The service as systemd runs it, with real processes, signals and sockets: sd_notify
+messages in order, the engine's scheduling reset, SIGKILL of the supervisor and a
+restart ending with exactly one engine (adopted, or replaced), policy reloads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from supervisor.act.processes import group_members
+from supervisor.record.store import Store
+from tests.conftest import FAKE_ENGINE, ROOT, free_port
+
+
+def policy_file(tmp_path: Path, **sections) -> Path:
+    data = {
+        "fleet": "prod",
+        "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
+                   "port": free_port(), "shutdown_timeout_seconds": 1,
+                   "stop_grace_seconds": 1},
+        "modes": [{"name": "fast", "args": {"--tokens": 3}},
+                  {"name": "safe", "args": {"--tokens": 1}}],
+        "sampling": {"tick_seconds": 0.2},
+        "gateway": {"port": free_port()}, "admin": {"port": free_port()},
+        "recovery": {"watch_interval_seconds": 0.5},
+        "storage": {"state_directory": str(tmp_path / "state")},
+    }
+    for k, v in sections.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def start(path: Path, env: dict | None = None) -> subprocess.Popen:
+    """``supervisor run`` with its log appended to supervisor.log next to the policy."""
+    with open(path.with_name("supervisor.log"), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
+                                 str(path)], cwd=ROOT, stderr=log,
+                                env={**os.environ, **(env or {})})
+
+
+def wait(what: str, predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status(path: Path) -> dict:
+    port = yaml.safe_load(path.read_text())["admin"]["port"]
+    return httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=2).json()
+
+
+def engines(path: Path) -> list[int]:
+    """Live engine API servers of this policy (their command line names its port)."""
+    port = str(yaml.safe_load(path.read_text())["engine"]["port"])
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmd = p.info["cmdline"] or []
+        if str(FAKE_ENGINE) in cmd and port in cmd and p.info["status"] != "zombie":
+            found.append(p.pid)
+    return found
+
+
+def test_sd_notify_messages_in_order(tmp_path: Path) -> None:
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(0.2)
+    path = policy_file(tmp_path)
+    proc = start(path, {"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
+    messages: list[str] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except TimeoutError:
+                return
+
+    try:
+        wait("READY=1", lambda: drain() or any("READY=1" in m for m in messages))
+        wait("a watchdog ping", lambda: drain() or "WATCHDOG=1" in messages)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        drain()
+    finally:
+        sock.close()
+        if proc.poll() is None:
+            proc.kill()
+    kinds = [m.split("=", 1)[0] for m in messages]
+    ready = next(i for i, m in enumerate(messages) if m.startswith("READY=1"))
+    assert messages[0].startswith("STATUS=mode fast (rung 0): engine starting")
+    assert "STATUS=mode fast (rung 0): engine ready" in messages[ready]
+    assert "WATCHDOG" in kinds[ready + 1:]          # the main loop pings on after READY
+    stopping = messages.index("STOPPING=1")
+    assert stopping > ready and all(k != "WATCHDOG" for k in kinds[stopping + 2:])
+    assert "STATUS=stopping: SIGTERM received" in messages[stopping + 1]
+    assert kinds.count("READY") == 1
+
+
+def test_the_engine_does_not_inherit_the_supervisors_priority(tmp_path: Path) -> None:
+    path = policy_file(tmp_path)
+    # As under the unit: the supervisor on one CPU, shielded from the OOM killer.
+    proc = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c",
+                             "import os, sys; open('/proc/self/oom_score_adj','w').write('-500');"
+                             "os.execv(sys.executable, [sys.executable, '-m', 'supervisor', "
+                             f"'run', '--policy', {str(path)!r}])"], cwd=ROOT,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait("engine", lambda: status(path)["engine_state"] == "ready")
+        (pid,) = engines(path)
+        assert os.sched_getaffinity(proc.pid) == {0}
+        assert os.sched_getaffinity(pid) == set(range(os.cpu_count()))
+        assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "0"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+
+
+@pytest.mark.parametrize("on_restart", ["adopt", "stop"])
+def test_sigkill_of_the_supervisor_then_restart_leaves_exactly_one_engine(
+        tmp_path: Path, on_restart: str) -> None:
+    path = policy_file(tmp_path, recovery={"on_restart": on_restart})
+    first = start(path)
+    wait("engine", lambda: status(path)["engine_state"] == "ready")
+    (old,) = engines(path)
+    first.kill()
+    first.wait()
+    assert engines(path) == [old]                    # the engine outlived its supervisor
+    second = start(path)
+    try:
+        wait("engine again", lambda: status(path)["engine_state"] == "ready")
+        time.sleep(1.0)
+        now = engines(path)
+        assert len(now) == 1
+        assert (now == [old]) is (on_restart == "adopt")
+        if on_restart == "stop":
+            assert group_members(old) == []
+        store = Store.open(f"sqlite:///{tmp_path}/state/supervisor.db", fleet="prod")
+        kinds = {i.kind for i in store.incidents()}
+        store.close()
+        assert "unclean_stop" in kinds
+        assert ("engine_adopted" if on_restart == "adopt" else "orphaned_engine") in kinds
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(20) == 0
+    assert engines(path) == []
+
+
+def test_a_bad_reload_keeps_the_running_policy_and_a_good_one_applies(tmp_path: Path) -> None:
+    path = policy_file(tmp_path)
+    good = path.read_text()
+    proc = start(path)
+    try:
+        wait("engine", lambda: status(path)["engine_state"] == "ready")
+        (old,) = engines(path)
+        path.write_text(good.replace("fleet: prod", "fleet: prod\nbogus_key: 1"))
+        proc.send_signal(signal.SIGHUP)
+        store = Store.open(f"sqlite:///{tmp_path}/state/supervisor.db", fleet="prod")
+        inc = wait("refusal", lambda: store.incidents(kind="policy_rejected"))[0]
+        assert "bogus_key: Extra inputs are not permitted" in inc.explanation
+        assert engines(path) == [old] and status(path)["mode"] == "fast"
+        # A good change of the running mode's arguments, seen by the file watch.
+        path.write_text(good.replace("--tokens: 3", "--tokens: 7"))
+        wait("engine restarted", lambda: engines(path) not in ([], [old])
+             and status(path)["engine_state"] == "ready")
+        (new,) = engines(path)
+        assert "7" in psutil.Process(new).cmdline()
+        kinds = [i.kind for i in store.incidents()]
+        assert "policy_reloaded" in kinds
+        store.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+
+
+def test_systemd_unit_file(tmp_path: Path) -> None:
+    path = policy_file(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "supervisor", "systemd-unit", "--policy",
+                          str(path)], cwd=ROOT, capture_output=True, text=True, check=True)
+    unit = dict(line.split("=", 1) for line in out.stdout.splitlines()
+                if "=" in line and not line.startswith("#"))
+    assert unit["Type"] == "notify" and unit["Restart"] == "always"
+    assert unit["ExecStart"].endswith(f"run --policy {path}")
+    assert unit["KillMode"] == "process"              # adopt: the engine outlives a crash
+    # Stop covers the gateway's drain + vLLM's --shutdown-timeout + grace + SIGKILL wait.
+    assert int(unit["TimeoutStopSec"]) >= 60 + 1 + 1 + 10
+    assert "ProtectKernelLogs" not in unit and "PrivateDevices" not in unit
+
+
+def test_json_log_lines(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "supervisor", "--log-format", "json",
+                          "calibrate", "--policy", str(tmp_path / "none.yaml")], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 2                     # the policy file does not exist
+    ok = subprocess.run([sys.executable, "-m", "supervisor", "--log-format", "json",
+                         "demo-models", str(tmp_path / "m"), "--engine-python",
+                         str(tmp_path / "nopython")], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 1
+    lines = [json.loads(x) for x in ok.stderr.splitlines() if x.startswith("{")]
+    assert lines == [] or all({"ts", "level", "logger", "message"} <= set(x) for x in lines)
