@@ -10,7 +10,10 @@ ENGINE_VENV := .engine-venv
 MODELS := .demo-models
 SUP := $(VENV)/bin/supervisor
 
-.PHONY: demo test lint setup clean
+# The browser tests (tests/browser/) drive Debian's Chromium; CI runs `make test` as root.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test lint setup clean chromium
 
 setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json
 
@@ -28,7 +31,11 @@ $(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervis
 demo: setup
 	$(SUP) run --policy policies/cpu-demo.yaml
 
-test: setup
+chromium:
+	@command -v chromium >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+
+test: setup chromium
 	$(VENV)/bin/pytest
 
 lint: $(VENV)/.installed

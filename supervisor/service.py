@@ -152,6 +152,7 @@ class Supervisor:
         self._service_run_id: str | None = None
         self._telemetry_buffer: list[TelemetryPoint] = []
         self.last_decision: Decision | None = None
+        self.last_decision_s: float | None = None
         self.exit_code = 0
         self._stop = asyncio.Event()
         self._tick_lock = asyncio.Lock()
@@ -342,6 +343,7 @@ class Supervisor:
             if self.trace is not None:
                 self.trace.decision(now, decision)
             self.last_decision = decision
+            self.last_decision_s = now
             from_rung = self.ladder.rung
             self.ladder = advance(self.ladder, decision, self.policy, now)
             self._action = asyncio.get_running_loop().create_task(

@@ -33,6 +33,7 @@ from supervisor.act.processes import (
 )
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
+from supervisor.sense.names import PROCESS_TITLES
 from supervisor.sense.probes import probe_health
 from supervisor.sense.process_tree import read_process_tree
 from supervisor.states import CrashReason, EngineState, EngineStatus
@@ -315,24 +316,29 @@ class EngineLauncher:
             return
         for child in children:
             try:
+                title = (child.cmdline() or [""])[0]
                 fd = os.pidfd_open(child.pid)
-            except OSError:
+            except (OSError, psutil.Error):
                 continue
             self._pidfds[child.pid] = fd
-            loop.add_reader(fd, self._child_exited, run, child.pid)
+            loop.add_reader(fd, self._child_exited, run, child.pid, title)
 
-    def _child_exited(self, run: EngineRun, pid: int) -> None:
+    def _child_exited(self, run: EngineRun, pid: int, title: str = "") -> None:
         fd = self._pidfds.pop(pid, None)
         if fd is not None:
             asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
         if self._run is not run or self._state is not EngineState.READY:
             return
+        # A dead VLLM::Worker is as fatal as a dead EngineCore (vLLM's executor shuts the
+        # engine down: "Worker proc ... died unexpectedly"), only seen ~1 s later.
+        worker = title.startswith(PROCESS_TITLES["worker"])
         tree = read_process_tree(run.pid) if run.pid else None
-        if tree is not None and tree.api_server_alive and not tree.engine_core_alive:
+        if tree is not None and tree.api_server_alive and (worker or not tree.engine_core_alive):
             run.crash_reason = CrashReason.ENGINE_CORE_DIED
             run.ended_at = _utcnow()
-            self._set(EngineState.CRASHED, f"engine child pid {pid} died; no EngineCore left")
+            what = f"{title} pid {pid} died" if title else f"engine child pid {pid} died"
+            self._set(EngineState.CRASHED, f"{what}; the engine cannot go on")
 
     def _unwatch_children(self) -> None:
         with contextlib.suppress(RuntimeError):

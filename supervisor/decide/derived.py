@@ -42,20 +42,21 @@ class EngineRates:
 
 
 def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
-    """Rates over samples taken in ``[now_s - seconds, now_s]``."""
+    """Rates over samples taken in ``[now_s - seconds, now_s]`` (later ones ignored)."""
     since = now_s - seconds
 
     def rate(field: str) -> float | None:
         return window.rate(field, seconds, now_s)
 
     def inc(field: str) -> float | None:
-        got = window.increase(field, since)
+        got = window.increase(field, since, now_s)
         return None if got is None else got[0]
 
     drafts = inc("spec_decode_num_drafts_total")
     draft_tokens = inc("spec_decode_num_draft_tokens_total")
     accepted = inc("spec_decode_num_accepted_tokens_total")
-    by_pos = window.increase_by_position("spec_decode_accepted_per_position_total", since)
+    by_pos = window.increase_by_position("spec_decode_accepted_per_position_total", since,
+                                         now_s)
     has_drafts = drafts is not None and drafts > 0
     tpot_sum, tpot_n = inc("request_tpot_sum_seconds_total"), inc("request_tpot_count_total")
     per_request = tpot_n / tpot_sum if tpot_n and tpot_sum else None

@@ -60,8 +60,10 @@ class Window:
         """Samples taken at or after monotonic time ``t_s``, oldest first."""
         return [s for s in self._samples if s.t_s >= t_s]
 
-    def increase(self, field: str, since_s: float) -> tuple[float, float] | None:
-        """How much the counter ``field`` grew from ``since_s`` to the newest sample.
+    def increase(self, field: str, since_s: float,
+                 until_s: float | None = None) -> tuple[float, float] | None:
+        """How much the counter ``field`` grew from ``since_s`` to the newest sample (or
+        the last one taken at or before ``until_s``).
 
         Returns: (increase, seconds between the first and last known values), or None
         with fewer than two known values. Resets are handled as Prometheus' increase()
@@ -71,6 +73,8 @@ class Window:
         """
         total, first_t, prev = 0.0, None, None
         for s in self.since(since_s):
+            if until_s is not None and s.t_s > until_s:
+                break
             value = getattr(s, field)
             if value is None:
                 continue
@@ -87,13 +91,14 @@ class Window:
 
     def rate(self, field: str, seconds: float, now_s: float) -> float | None:
         """Per-second rate of the counter ``field`` over the last ``seconds``, or None."""
-        inc = self.increase(field, now_s - seconds)
+        inc = self.increase(field, now_s - seconds, now_s)
         if inc is None:
             return None
         growth, span = inc
         return growth / span
 
-    def increase_by_position(self, field: str, since_s: float) -> tuple[float, ...] | None:
+    def increase_by_position(self, field: str, since_s: float,
+                             until_s: float | None = None) -> tuple[float, ...] | None:
         """``increase`` for a tuple-valued counter (one counter per draft position).
 
         None with fewer than two known values or when the number of positions changes.
@@ -101,6 +106,8 @@ class Window:
         total: list[float] | None = None
         prev: tuple[tuple[float, ...], str | None] | None = None
         for s in self.since(since_s):
+            if until_s is not None and s.t_s > until_s:
+                break
             value = getattr(s, field)
             if value is None:
                 continue

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from supervisor.decide.guards.engine_hung import load_of
 from supervisor.decide.window import Window
 from supervisor.errors import MetricsParseError, ScrapeError
 from supervisor.policy import Policy
@@ -206,9 +207,9 @@ class Sensors:
         latest = window.latest
         if latest is None or latest.engine_state is not EngineState.READY:
             return False
-        load = (latest.requests_running or 0) + (latest.requests_waiting or 0)
         flat = window.unchanged_for(("iteration_tokens_count_total",), now_s)
-        return load > 0 and flat is not None and flat >= self.policy.sampling.canary_after_seconds
+        return bool(load_of(latest)) and flat is not None \
+            and flat >= self.policy.sampling.canary_after_seconds
 
     async def _send_canary(self, status: EngineStatus) -> tuple[bool, float, str | None]:
         assert self._http is not None  # started before any sample

@@ -97,6 +97,8 @@ async def test_exit_0_without_being_asked_is_a_crash(tmp_path: Path) -> None:
     await wait_for(lambda: launcher.state is EngineState.CRASHED, what="crash")
     assert run.exit_code == 0 and run.crash_reason is CrashReason.EXITED
     assert not run.planned_stop
+    await launcher.kill(reason="clear")              # its EngineCore lives on otherwise
+    assert group_members(run.pid) == []
     await launcher.close()
 
 

@@ -293,3 +293,21 @@ def test_too_many_tokens_in_flight_sheds() -> None:
 
 def test_no_gateway_no_budget_verdict() -> None:
     assert decide_on(samples(0, 20, rung=3), LadderState(3)).findings == ()
+
+
+def test_hang_seen_through_the_gateway_when_vllm_gauges_read_zero() -> None:
+    # On the CPU engine the running gauge reads 0 at most ticks and freezes when the
+    # EngineCore is stopped; the gateway knows its 3 requests are in flight.
+    busy = samples(0, 99, iteration_tokens_count_total=lambda t: t * 10 + 5,
+                   prompt_tokens_total=lambda t: t * 50, generation_tokens_total=lambda t: t * 40,
+                   requests_running=0.0, requests_waiting=0.0, gateway_requests_in_flight=3)
+    stuck = samples(100, 175, iteration_tokens_count_total=999.0, prompt_tokens_total=4950.0,
+                    generation_tokens_total=3960.0, requests_running=0.0, requests_waiting=0.0,
+                    gateway_requests_in_flight=3, canary_ok=False,
+                    canary_finished_s=lambda t: 170.0 if t >= 170 else None)
+    d = decide_on(busy + stuck)
+    assert d.action is Action.RESTART and d.findings[0].kind == "engine_hung"
+    assert d.findings[0].evidence["gateway_requests_in_flight"] == 3
+    no_gateway = [s.__class__(**{**s.to_dict(), "gateway_requests_in_flight": None,
+                                 "engine_state": s.engine_state}) for s in busy + stuck]
+    assert decide_on(no_gateway).action is Action.HOLD      # gauges say idle: no verdict

@@ -85,3 +85,10 @@ def test_no_speculation_gives_unknown_ratios() -> None:
     r = engine_rates(w, 60, 1)
     assert r.generation_tokens_per_second == 10.0
     assert r.spec_acceptance_ratio is None and r.spec_acceptance_by_position is None
+
+
+def test_rates_stop_at_now_for_past_points() -> None:
+    # Flat until 30 s, then 100 tokens/s: the rate at 30 s must not see the later growth.
+    w = Window.of([s(t, generation_tokens_total=max(0.0, t - 30) * 100) for t in range(61)])
+    assert engine_rates(w, 10, 30).generation_tokens_per_second == 0.0
+    assert engine_rates(w, 10, 60).generation_tokens_per_second == 100.0

@@ -1,7 +1,7 @@
 """Guard ``engine_hung``: requests present, no progress, and a failed canary.
 
 vLLM's /health answers 200 while the engine is hung (vllm PR #24897, issue #39863), so a
-hang is read from progress: requests running or waiting while the engine-step heartbeat
+hang is read from progress: requests in flight (``load_of``) while the engine-step heartbeat
 (``vllm:iteration_tokens_total_count``) and both token counters stay flat for the stall
 window, confirmed by a canary request that failed after the stall began. No verdict
 during start-up (or the grace after ready), while idle, or while any counter moves (a
@@ -12,12 +12,28 @@ from __future__ import annotations
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
 
-__all__ = ["GUARD", "check"]
+__all__ = ["GUARD", "check", "load_of"]
 
 GUARD = "engine_hung"
 PROGRESS = ("iteration_tokens_count_total", "prompt_tokens_total", "generation_tokens_total")
+
+
+def load_of(x: Sample) -> float | None:
+    """Requests the engine holds: its own running + waiting gauges, or what the gateway
+    has in flight to it, whichever is more (None when neither is known).
+
+    vLLM's gauges are set from the engine core's step reports: on the CPU engine they read
+    0 at most ticks under steady load, and they freeze when the core stops (SIGSTOP), so
+    the gateway's exact count is the better signal when there is one.
+    """
+    engine = None
+    if x.requests_running is not None and x.requests_waiting is not None:
+        engine = x.requests_running + x.requests_waiting
+    known = [v for v in (engine, x.gateway_requests_in_flight) if v is not None]
+    return max(known) if known else None
 
 
 def check(sit: Situation) -> list[Finding]:
@@ -32,8 +48,7 @@ def check(sit: Situation) -> list[Finding]:
             cfg.ready_grace_seconds + cfg.stall_seconds):
         return []
     known = [x for x in sit.run_samples()
-             if all(getattr(x, f) is not None for f in PROGRESS)
-             and x.requests_running is not None and x.requests_waiting is not None]
+             if all(getattr(x, f) is not None for f in PROGRESS) and load_of(x) is not None]
     if not known:
         return []
     last = known[-1]
@@ -41,7 +56,7 @@ def check(sit: Situation) -> list[Finding]:
     for x in reversed(known):
         if any(getattr(x, f) != getattr(last, f) for f in PROGRESS):
             break
-        if (x.requests_running or 0) + (x.requests_waiting or 0) <= 0:
+        if not load_of(x):
             return []                       # idle somewhere in the stall: not a hang
         flat_since = x.t_s
     flat = sit.now_s - flat_since
@@ -51,14 +66,16 @@ def check(sit: Situation) -> list[Finding]:
         return []
     evidence = {
         "run_id": s.engine_run_id, "requests_running": last.requests_running,
-        "requests_waiting": last.requests_waiting, "flat_seconds": round(flat, 1),
+        "requests_waiting": last.requests_waiting,
+        "gateway_requests_in_flight": last.gateway_requests_in_flight,
+        "flat_seconds": round(flat, 1),
         "stall_seconds": cfg.stall_seconds,
         "iteration_tokens_count_total": last.iteration_tokens_count_total,
         "generation_tokens_total": last.generation_tokens_total,
         "canary_ok": s.canary_ok, "canary_latency_seconds": s.canary_latency_seconds,
         "health_status": s.health_status, "health_latency_seconds": s.health_latency_seconds,
     }
-    summary = (f"engine hung: {last.requests_running:g} running and {last.requests_waiting:g} "
-               f"waiting, no engine step or token for {flat:.0f} s, canary failed")
+    summary = (f"engine hung: {load_of(last):g} requests in flight, no engine step or token "
+               f"for {flat:.0f} s, canary failed")
     return [Finding(GUARD, "engine_hung", Severity.CRITICAL, summary, evidence,
                     s.engine_run_id, Response.RESTART)]

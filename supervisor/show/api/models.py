@@ -40,9 +40,15 @@ class StatusOut(BaseModel):
     last_decision: DecisionOut | None
     paused: bool
     pinned: str | None
+    requested: str | None
+    """A one-shot operator step not taken yet."""
+    probation_seconds_left: float | None
     shed: bool
     calm_seconds: float
     gateway: dict[str, Any] | None
+    limits: dict[str, Any]
+    """The current mode's gateway limits (before shedding)."""
+    last_decision_seconds_ago: float | None
     uptime_seconds: float
 
 

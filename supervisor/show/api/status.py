@@ -36,11 +36,17 @@ async def status(sup: SupervisorDep) -> StatusOut:
             explanation=d.explanation, findings=[f.to_dict() for f in d.findings]),
         paused=ladder.paused,
         pinned=None if ladder.pinned is None else policy.modes[ladder.pinned].name,
+        requested=None if ladder.requested is None else policy.modes[ladder.requested].name,
+        probation_seconds_left=None if ladder.probation_until_s is None
+        or ladder.probation_until_s <= now else round(ladder.probation_until_s - now),
         shed=ladder.shed, calm_seconds=round(ladder.calm_for(now), 1),
         gateway=None if gw is None else {
             "url": f"http://{policy.gateway.host}:{policy.gateway.port}/v1",
             "held": gw.admission.held, "requests_in_flight": gw.admission.in_flight,
             "requests_queued": gw.admission.queued,
             "max_concurrency": gw.admission.max_concurrency},
+        limits=policy.modes[ladder.rung].gateway.model_dump(),
+        last_decision_seconds_ago=None if sup.last_decision_s is None
+        else round(now - sup.last_decision_s, 1),
         uptime_seconds=round(now - sup.started_s, 1),
     )

@@ -10,9 +10,10 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from supervisor.decide.derived import engine_rates
 from supervisor.decide.guards.memory_forecast import slope
+from supervisor.policy import Policy
 from supervisor.record.telemetry import telemetry
+from supervisor.sense.sample import Sample
 from supervisor.show.api.deps import ReadAccess, SupervisorDep
 
 router = APIRouter(prefix="/api", tags=["telemetry"], dependencies=[ReadAccess])
@@ -37,29 +38,62 @@ async def get_telemetry(sup: SupervisorDep, seconds: float = Query(900, gt=0, le
         return {"source": "store", "t": [r.at.timestamp() for r in rows],
                 **{c: [getattr(r, c, None) for r in rows] for c in cols},
                 "memory_floor_bytes": sup.policy.guards.memory_floor.min_available_bytes}
-    now = time.monotonic()
-    samples = [s for s in sup.window if s.t_s >= now - seconds and s.wall_s is not None]
+    samples = list(sup.window)                    # a copy: the tick appends meanwhile
+    return await asyncio.to_thread(_live, samples, sup.policy, time.monotonic(), seconds)
+
+
+def _rate_series(samples: list[Sample], field: str, step_s: float) -> list[float | None]:
+    """Per-sample rate of the counter ``field`` over the ``step_s`` before it, in one pass
+    (two pointers over cumulative growth; a drop or a new run is a counter reset)."""
+    growth = [0.0] * len(samples)
+    known = [False] * len(samples)
+    prev = None
+    for i, x in enumerate(samples):
+        v = getattr(x, field)
+        if v is not None:
+            known[i] = True
+            if prev is not None:
+                pv, prun = prev
+                step = v if (v < pv or x.engine_run_id != prun) else v - pv
+                growth[i] = step
+            prev = (v, x.engine_run_id)
+    cum = []
+    total = 0.0
+    for g in growth:
+        total += g
+        cum.append(total)
+    out: list[float | None] = []
+    j = 0
+    for i, x in enumerate(samples):
+        while samples[j].t_s < x.t_s - step_s:
+            j += 1
+        span = x.t_s - samples[j].t_s
+        out.append((cum[i] - cum[j]) / span if known[i] and known[j] and span > 0 else None)
+    return out
+
+
+def _live(samples: list[Sample], policy: Policy, now: float, seconds: float) -> dict[str, Any]:
+    samples = [s for s in samples if s.t_s >= now - seconds and s.wall_s is not None]
     out: dict[str, Any] = {"source": "live", "t": [s.wall_s for s in samples]}
     for f in LIVE_FIELDS:
         out[f] = [getattr(s, f) for s in samples]
-    # Rates need a span: one value per sample, over the RATE_STEP before it.
-    gen, acc = [], []
-    for s in samples:
-        r = engine_rates(sup.window, RATE_STEP_SECONDS, s.t_s)
-        gen.append(r.generation_tokens_per_second)
-        acc.append(r.spec_acceptance_ratio)
-    out["generation_tokens_per_second"] = gen
-    out["spec_acceptance_ratio"] = acc
-    floor = sup.policy.guards.memory_floor.min_available_bytes
+    out["generation_tokens_per_second"] = _rate_series(samples, "generation_tokens_total",
+                                                       RATE_STEP_SECONDS)
+    drafts = _rate_series(samples, "spec_decode_num_draft_tokens_total", RATE_STEP_SECONDS)
+    accepted = _rate_series(samples, "spec_decode_num_accepted_tokens_total",
+                            RATE_STEP_SECONDS)
+    out["spec_acceptance_ratio"] = [a / d if a is not None and d else None
+                                    for a, d in zip(accepted, drafts, strict=True)]
+    floor = policy.guards.memory_floor.min_available_bytes
     out["memory_floor_bytes"] = floor
-    fit = sup.policy.guards.memory_forecast.fit_seconds
-    pts = [(s.t_s, float(s.mem_available_bytes)) for s in samples
+    fit = policy.guards.memory_forecast.fit_seconds
+    pts = [(s.t_s, float(s.mem_available_bytes), s.wall_s) for s in samples
            if s.t_s >= now - fit and s.mem_available_bytes is not None]
     forecast = None
     if len(pts) >= 3 and pts[-1][0] > pts[0][0]:
-        rate = slope(pts)
+        rate = slope([(t, v) for t, v, _ in pts])
         eta = (pts[-1][1] - floor) / -rate if rate < 0 and pts[-1][1] > floor else None
         forecast = {"slope_bytes_per_second": rate, "seconds_to_floor": eta,
-                    "from_t": samples[-1].wall_s, "from_bytes": pts[-1][1]}
+                    "from_t": pts[-1][2], "from_bytes": pts[-1][1]}
     out["forecast"] = forecast
     return out

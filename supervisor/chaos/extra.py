@@ -1,0 +1,128 @@
+"""Scenarios that need a supervisor life of their own (another policy, another store)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from supervisor.chaos.harness import Result, Rig
+
+__all__ = ["database_away", "preemption_storm", "start_failure_loop"]
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def start_failure_loop(base: Path) -> Result:
+    """A bad engine argument: bounded retries with backoff, then a step down."""
+    res = Result("start-up failure loop (bad argument)",
+                 notes="2 attempts with backoff, then the next rung")
+    rig = Rig(base / "startfail", restart={"start_limit_burst": 2,
+                                            "restart_delay_seconds": 2})
+    rig.data["modes"][0]["args"]["--no-such-flag"] = True
+    rig.policy_path.write_text(yaml.safe_dump(rig.data, sort_keys=False))
+    t0 = time.time()
+    try:
+        rig.start()
+        run = rig.ready_run()
+        runs = rig.runs()
+        failed = [r for r in runs if r.outcome == "start_failed"]
+        res.action = "step_down"
+        res.incident = "start_failed"
+        res.detected_seconds = failed[0].ended_at.timestamp() - t0 if failed else None
+        res.serving_again_seconds = run.ready_at.timestamp() - t0
+        res.extra = {"attempts": len(failed), "serving_mode": run.mode,
+                     "backoff_seconds": (failed[1].started_at - failed[0].ended_at
+                                         ).total_seconds() if len(failed) > 1 else None}
+        res.ok = len(failed) == 2 and run.mode == "plain4" and res.extra["backoff_seconds"] >= 2
+    finally:
+        rig.close()
+    return res
+
+
+def preemption_storm(base: Path) -> Result:
+    """A tiny KV cache, long prompts, many sessions: preemptions pile up; the guard
+    steps down to fewer sequences."""
+    res = Result("preemption storm (tiny KV cache)", notes="--kv-cache-memory-bytes 1e6")
+    rig = Rig(base / "storm", guards={"preemption_storm": {
+        "preemptions_per_second": 0.3, "sustain_seconds": 20, "throughput_drop_ratio": 0.1}})
+    rig.data["engine"]["environment"] = {}
+    rig.data["modes"][0]["args"]["--kv-cache-memory-bytes"] = 1_000_000
+    rig.data["guards"]["engine_hung"]["stall_seconds"] = 120
+    rig.policy_path.write_text(yaml.safe_dump(rig.data, sort_keys=False))
+    try:
+        rig.start()
+        rig.ready_run()
+        rig.start_fleet(sessions=2, max_tokens=128)
+        time.sleep(45)                               # light load: the throughput to lose
+        t0 = time.time()
+        rig.start_fleet(sessions=10, max_tokens=256, long_prompt_probability=0.5)
+        try:
+            inc = rig.wait("preemption storm", lambda: next(
+                (i for i in rig.incidents() if i.kind == "preemption_storm"), None),
+                timeout=150)
+        except AssertionError:
+            res.notes += "; not triggered within 150 s (see the evidence in the trace)"
+            return res
+        res.incident, res.action = inc.kind, inc.action
+        res.detected_seconds = inc.started_at.timestamp() - t0
+        run = rig.ready_run(after=inc.started_at.timestamp())
+        res.serving_again_seconds = run.ready_at.timestamp() - t0
+        res.extra = {"evidence": inc.findings[0]["evidence"], "new_mode": run.mode}
+        res.requests_failed, res.requests_total = rig.failed_between(
+            t0, run.ready_at.timestamp() + 3)
+        res.ok = run.mode == "plain4"
+    finally:
+        rig.close()
+    return res
+
+
+def database_away(base: Path) -> Result:
+    """PostgreSQL stops mid-run; a crash then is spooled and replayed once it is back."""
+    res = Result("database goes away (PostgreSQL stopped)",
+                 notes="incident spooled during the outage, replayed once")
+    rig = Rig(base / "dbaway", storage={"database_url": _isolated_pg(base)})
+    version = subprocess.run(["ls", "/etc/postgresql"], capture_output=True,
+                             text=True).stdout.split()[0]
+    ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
+    try:
+        rig.start()
+        pid = rig.engine_pid()
+        rig.ready_run()
+        subprocess.run([*ctl, "stop"], check=True)
+        t0 = time.time()
+        try:
+            os.kill(Rig.child(pid, "VLLM::EngineCore"), signal.SIGKILL)
+            time.sleep(8)                            # the crash and restart, DB down
+            m = re.search(r"^supervisor_store_spooled_records (\S+)$", rig.metrics(), re.M)
+        finally:
+            subprocess.run([*ctl, "start"], check=True)
+        res.extra["spooled_during_outage"] = float(m.group(1)) if m else None
+        inc = rig.wait("replayed incident", lambda: [
+            i for i in rig.incidents() if i.kind in ("engine_core_died", "exited")], timeout=120)
+        res.incident, res.action = inc[0].kind, inc[0].action
+        res.detected_seconds = inc[0].started_at.timestamp() - t0
+        res.extra["copies"] = len(inc)
+        res.ok = len(inc) == 1 and bool(res.extra["spooled_during_outage"])
+    finally:
+        rig.close()
+    return res
+
+
+def _isolated_pg(base: Path) -> str:
+    """A fresh schema of the test database for this run."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    schema = f"chaos_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(PG_URL)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    engine.dispose()
+    return f"{PG_URL}?options=-csearch_path%3D{schema}"

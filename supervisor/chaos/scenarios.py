@@ -1,0 +1,218 @@
+"""The chaos scenarios: each injects one fault into the rig's live engine and measures.
+
+``detected``: injection -> the incident's record (the decision); ``restart begun``:
+injection -> the next engine's launch; ``serving again``: injection -> that engine's
+first /health 200; failed requests: the fleet's requests that started between the
+injection and a few seconds after serving again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from supervisor.chaos.harness import Result, Rig
+
+__all__ = ["SEQUENCE", "crash_scenario", "hang", "memory_floor", "planned_switch",
+           "supervisor_killed"]
+
+SETTLE_SECONDS = 3.0
+
+
+def _incident(rig: Rig, kinds: tuple[str, ...], after: float) -> Any:
+    return rig.wait(f"incident {kinds}", lambda: next(
+        (i for i in rig.incidents() if i.kind in kinds
+         and i.started_at.timestamp() >= after - 0.5), None))
+
+
+def _finish(rig: Rig, res: Result, t0: float, kinds: tuple[str, ...]) -> tuple[Any, Any]:
+    inc = _incident(rig, kinds, t0)
+    run = rig.ready_run(after=t0)
+    res.incident, res.action = inc.kind, inc.action
+    res.detected_seconds = inc.started_at.timestamp() - t0
+    res.serving_again_seconds = run.ready_at.timestamp() - t0
+    res.extra["restart_begun_seconds"] = run.started_at.timestamp() - t0
+    res.extra["engine_startup_seconds"] = run.startup_seconds
+    time.sleep(SETTLE_SECONDS)
+    res.requests_failed, res.requests_total = rig.failed_between(
+        t0 - 1, run.ready_at.timestamp() + SETTLE_SECONDS)
+    return inc, run
+
+
+def crash_scenario(name: str, inject: Callable[[int], None], kinds: tuple[str, ...],
+                   note: str) -> Callable[[Rig], Result]:
+    """A scenario that kills something of the engine and expects a restart."""
+    def run(rig: Rig) -> Result:
+        res = Result(name, notes=note)
+        pid = rig.engine_pid()
+        rig.ready_run()
+        time.sleep(2)
+        t0 = time.time()
+        inject(pid)
+        inc, _ = _finish(rig, res, t0, kinds)
+        res.extra["old_group_gone"] = rig.group_gone(pid)
+        res.extra["exit_code"] = inc.findings[0]["evidence"].get("exit_code") \
+            if inc.findings else None
+        res.ok = res.extra["old_group_gone"] and res.extra["restart_begun_seconds"] <= 1.0
+        return res
+    return run
+
+
+def _kill_core(pid: int) -> None:
+    os.kill(Rig.child(pid, "VLLM::EngineCore"), signal.SIGKILL)
+
+
+def _kill_worker(pid: int) -> None:
+    os.kill(Rig.child(pid, "VLLM::Worker"), signal.SIGKILL)
+
+
+def _kill_group(pid: int) -> None:
+    os.killpg(pid, signal.SIGKILL)
+
+
+def _kill_api_server(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+def hang(rig: Rig) -> Result:
+    """SIGSTOP the EngineCore while requests run: /health stays 200, progress stops."""
+    stall = rig.data["guards"]["engine_hung"]["stall_seconds"]
+    tick = rig.data["sampling"]["tick_seconds"]
+    res = Result("hung engine (SIGSTOP EngineCore under load)",
+                 notes=f"stall window {stall:g} s, canary after 5 s")
+    pid = rig.engine_pid()
+    rig.ready_run()
+    time.sleep(3)
+    t0 = time.time()
+    os.kill(Rig.child(pid, "VLLM::EngineCore"), signal.SIGSTOP)
+    _finish(rig, res, t0, ("engine_hung",))
+    res.extra["target_seconds"] = stall + tick
+    res.ok = rig.group_gone(pid) and res.detected_seconds is not None \
+        and res.detected_seconds <= stall + tick + 1.0
+    return res
+
+
+BALLOON = """
+import sys, time
+floor = int(sys.argv[1])
+def avail():
+    for line in open('/proc/meminfo'):
+        if line.startswith('MemAvailable:'):
+            return int(line.split()[1]) * 1024
+chunks = []
+while avail() > floor - 256 * 2**20:
+    b = bytearray(256 * 2**20)
+    b[::4096] = b'x' * len(b[::4096])
+    chunks.append(b)
+print(f"crossed {time.time()}", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def memory_floor(rig: Rig) -> Result:
+    """A balloon process allocates until MemAvailable is under the floor."""
+    floor = rig.data["guards"]["memory_floor"]["min_available_bytes"]
+    res = Result("memory pressure (balloon to the floor)",
+                 notes=f"floor {floor / 2**30:.1f} GiB, 2 samples under it")
+    pid = rig.engine_pid()
+    rig.ready_run()
+    gone_at: list[float] = []
+
+    def watch() -> None:
+        while not rig.group_gone(pid):
+            time.sleep(0.01)
+        gone_at.append(time.time())
+
+    threading.Thread(target=watch, daemon=True).start()
+    t0 = time.time()
+    balloon = subprocess.Popen([sys.executable, "-c", BALLOON, str(floor), "8"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        line = balloon.stdout.readline() if balloon.stdout else ""
+        crossed = float(line.split()[1]) if line.startswith("crossed") else t0
+        inc = _incident(rig, ("memory_floor",), t0)
+        detected = inc.started_at.timestamp()
+        rig.wait("engine group gone", lambda: gone_at, timeout=30)
+    finally:
+        balloon.wait(60)
+        if balloon.stdout:
+            balloon.stdout.close()
+    run = rig.ready_run(after=detected)
+    res.incident, res.action = inc.kind, inc.action
+    res.detected_seconds = detected - crossed
+    res.serving_again_seconds = run.ready_at.timestamp() - crossed
+    res.extra["group_gone_after_decision_seconds"] = gone_at[0] - detected
+    res.extra["new_mode"] = run.mode
+    time.sleep(SETTLE_SECONDS)
+    res.requests_failed, res.requests_total = rig.failed_between(
+        crossed - 1, run.ready_at.timestamp() + SETTLE_SECONDS)
+    res.ok = res.extra["group_gone_after_decision_seconds"] <= 1.0 and run.mode == "plain4"
+    return res
+
+
+def planned_switch(rig: Rig, mode: str = "plain8") -> Result:
+    """An operator pin: a graceful switch through the gateway; nothing may fail."""
+    res = Result(f"planned switch (pin to {mode})", notes="gateway drains, holds, releases")
+    rig.ready_run()
+    time.sleep(2)
+    t0 = time.time()
+    rig.action("pin", mode=mode)
+    run = rig.wait("pinned engine", lambda: next(
+        (r for r in rig.runs() if r.mode == mode and r.started_at.timestamp() >= t0
+         and r.ready_at is not None), None))
+    res.action = "pin"
+    res.serving_again_seconds = run.ready_at.timestamp() - t0
+    res.extra["engine_startup_seconds"] = run.startup_seconds
+    res.extra["switch_overhead_seconds"] = res.serving_again_seconds - run.startup_seconds
+    time.sleep(SETTLE_SECONDS)
+    res.requests_failed, res.requests_total = rig.failed_between(
+        t0 - 1, run.ready_at.timestamp() + SETTLE_SECONDS)
+    rig.action("unpin")
+    res.ok = res.requests_failed == 0
+    return res
+
+
+def supervisor_killed(rig: Rig) -> Result:
+    """SIGKILL the supervisor, start it again: it adopts the engine it left."""
+    res = Result("supervisor killed and restarted",
+                 notes="the gateway lives in the supervisor: down while it restarts")
+    pid = rig.engine_pid()
+    rig.ready_run()
+    t0 = time.time()
+    rig.kill_supervisor()
+    rig.start()
+    inc = _incident(rig, ("engine_adopted",), t0)
+    rig.wait("gateway back", lambda: rig.api("/api/status")["engine_state"] == "ready")
+    back = time.time()
+    res.incident, res.action = inc.kind, inc.action
+    res.detected_seconds = inc.started_at.timestamp() - t0
+    res.serving_again_seconds = back - t0
+    res.extra["same_engine"] = rig.engine_pid() == pid
+    time.sleep(SETTLE_SECONDS)
+    res.requests_failed, res.requests_total = rig.failed_between(t0 - 1, back + SETTLE_SECONDS)
+    res.ok = res.extra["same_engine"]
+    return res
+
+
+#: The scenarios of one supervisor life, in order (each leaves the engine serving).
+SEQUENCE: list[Callable[[Rig], Result]] = [
+    crash_scenario("EngineCore killed (API server lives)", _kill_core,
+                   ("engine_core_died", "exited"), "SIGKILL of VLLM::EngineCore"),
+    crash_scenario("engine exits 0 after a fatal error", _kill_worker,
+                   ("engine_core_died", "exited"), "SIGKILL of VLLM::Worker: vLLM exits 0"),
+    crash_scenario("whole engine killed", _kill_group, ("exited", "engine_core_died"),
+                   "SIGKILL of the process group"),
+    crash_scenario("orphaned engine children", _kill_api_server,
+                   ("exited", "engine_core_died"),
+                   "SIGKILL of the API server alone: EngineCore and Worker live on"),
+    hang,
+    memory_floor,
+    planned_switch,
+    supervisor_killed,
+]
