@@ -7,6 +7,7 @@
     supervisor replay TRACE --policy FILE     the decisions of a recorded trace, replayed
     supervisor policy check FILE              validate a policy and print its ladder
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
+    supervisor bench                          the chaos table and the benchmark figures
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor demo-models DIR                build the tiny local models (idempotent)
     supervisor sample --policy FILE [--watch] print Samples of the engine and the box as JSON
@@ -101,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
     check.add_argument("file", type=Path)
+
+    bench = sub.add_parser("bench", help="the chaos table and the benchmark figures "
+                           "(real CPU engine; about 25 minutes)")
+    bench.add_argument("--no-chaos", action="store_true", help="only the benchmark scripts")
+    bench.add_argument("--no-scripts", action="store_true", help="only the chaos table")
 
     unit = sub.add_parser("systemd-unit", help="print a systemd unit file for this policy")
     unit.add_argument("--policy", required=True, type=Path)
@@ -267,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
 
                 policy = load_policy_file(args.policy)
                 return uvloop.run(_run_service(policy, args.record, args.policy))
+            case "bench":
+                from supervisor.chaos.bench import run_bench
+
+                return run_bench(chaos=not args.no_chaos, scripts=not args.no_scripts)
             case "systemd-unit":
                 from supervisor.act.systemd import unit_file
 

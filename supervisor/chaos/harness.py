@@ -119,7 +119,8 @@ class Rig:
         """Start ``supervisor run`` (its log in the state directory)."""
         with open(self.state / "supervisor.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "supervisor", "run", "--policy", str(self.policy_path)],
+                [sys.executable, "-m", "supervisor", "run", "--policy", str(self.policy_path),
+                 "--record", str(self.state / "trace.jsonl")],
                 cwd=ROOT, stderr=log, start_new_session=True)
 
     def stop(self, timeout: float = 120) -> int:

@@ -87,8 +87,10 @@ def hang(rig: Rig) -> Result:
     res = Result("hung engine (SIGSTOP EngineCore under load)",
                  notes=f"stall window {stall:g} s, canary after 5 s")
     pid = rig.engine_pid()
-    rig.ready_run()
-    time.sleep(3)
+    run = rig.ready_run()
+    grace = rig.data["guards"]["engine_hung"]["ready_grace_seconds"]
+    # Past the grace after ready, so the figure is the stall window itself.
+    time.sleep(max(3.0, grace + 1 - (time.time() - run.ready_at.timestamp())))
     t0 = time.time()
     os.kill(Rig.child(pid, "VLLM::EngineCore"), signal.SIGSTOP)
     _finish(rig, res, t0, ("engine_hung",))
@@ -204,7 +206,7 @@ def supervisor_killed(rig: Rig) -> Result:
 SEQUENCE: list[Callable[[Rig], Result]] = [
     crash_scenario("EngineCore killed (API server lives)", _kill_core,
                    ("engine_core_died", "exited"), "SIGKILL of VLLM::EngineCore"),
-    crash_scenario("engine exits 0 after a fatal error", _kill_worker,
+    crash_scenario("Worker killed (vLLM then exits 0)", _kill_worker,
                    ("engine_core_died", "exited"), "SIGKILL of VLLM::Worker: vLLM exits 0"),
     crash_scenario("whole engine killed", _kill_group, ("exited", "engine_core_died"),
                    "SIGKILL of the process group"),

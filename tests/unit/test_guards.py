@@ -311,3 +311,17 @@ def test_hang_seen_through_the_gateway_when_vllm_gauges_read_zero() -> None:
     no_gateway = [s.__class__(**{**s.to_dict(), "gateway_requests_in_flight": None,
                                  "engine_state": s.engine_state}) for s in busy + stuck]
     assert decide_on(no_gateway).action is Action.HOLD      # gauges say idle: no verdict
+
+
+def test_a_hang_right_after_an_idle_spell_is_still_found() -> None:
+    # Idle (flat counters, nothing in flight) for a minute, then requests arrive and the
+    # engine never steps again: the idle spell must not hide the hang.
+    idle = samples(0, 120, iteration_tokens_count_total=500.0, prompt_tokens_total=900.0,
+                   generation_tokens_total=700.0, requests_running=0.0, requests_waiting=0.0)
+    stuck = samples(121, 200, iteration_tokens_count_total=500.0, prompt_tokens_total=900.0,
+                    generation_tokens_total=700.0, requests_running=0.0, requests_waiting=0.0,
+                    gateway_requests_in_flight=4, canary_ok=False,
+                    canary_finished_s=lambda t: 190.0 if t >= 190 else None)
+    d = decide_on(idle + stuck)
+    assert d.action is Action.RESTART and d.findings[0].evidence["flat_seconds"] >= 60
+    assert decide_on(idle + stuck[:40]).action is Action.HOLD     # loaded 40 s < 60 s

@@ -52,17 +52,26 @@ def check(sit: Situation) -> list[Finding]:
     if not known:
         return []
     last = known[-1]
+    # Since when nothing progressed (the streak of equal counters) ...
     flat_since = last.t_s
     for x in reversed(known):
         if any(getattr(x, f) != getattr(last, f) for f in PROGRESS):
             break
-        if not load_of(x):
-            return []                       # idle somewhere in the stall: not a hang
         flat_since = x.t_s
-    flat = sit.now_s - flat_since
+    # ... and since when requests have been in flight without a break. An idle spell
+    # before the stall is fine (counters are flat then too); only the last stall window
+    # must be loaded throughout.
+    loaded_since = last.t_s
+    for x in reversed(known):
+        if not load_of(x):
+            break
+        loaded_since = x.t_s
+    stalled_since = max(flat_since, loaded_since)
+    flat = sit.now_s - stalled_since
     if flat < cfg.stall_seconds:
         return []
-    if s.canary_ok is not False or s.canary_finished_s is None or s.canary_finished_s < flat_since:
+    if s.canary_ok is not False or s.canary_finished_s is None \
+            or s.canary_finished_s < stalled_since:
         return []
     evidence = {
         "run_id": s.engine_run_id, "requests_running": last.requests_running,
