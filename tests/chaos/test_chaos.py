@@ -59,7 +59,7 @@ def test_memory_floor_kills_the_engine_group_within_a_second(rig: Rig) -> None:
     res = record(scenarios.memory_floor(rig))
     assert (res.incident, res.action) == ("memory_floor", "kill_now")
     assert res.extra["group_gone_after_decision_seconds"] <= 1.0
-    assert res.extra["new_mode"] == "plain4"
+    assert res.ok, res          # started one rung below the killed engine's
 
 
 def test_planned_switch_fails_no_request(rig: Rig) -> None:

@@ -101,3 +101,30 @@ async def test_leftover_engine_of_an_earlier_life_is_killed_at_start(tmp_path: P
     second.request_stop()
     assert await asyncio.wait_for(task, 15) == 0
     reader.close()
+
+
+async def test_host_reset_starts_one_rung_down_and_is_recorded(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from supervisor.record.records import AddRun, StartService, new_key
+
+    sup, reader = make(tmp_path, [{"name": "fast"}, {"name": "safe",
+                                                     "args": {"--max-num-seqs": 1}}])
+    # An earlier life on another boot, with its engine open in `fast`, and no clean stop:
+    # the host went down under it.
+    before = datetime.now(UTC) - timedelta(hours=1)
+    reader.apply(StartService(service_run_id=new_key(), pid=1, boot_id="another-boot",
+                              started_at=before))
+    reader.apply(AddRun(run_id="old-run", mode="fast", rung=0, argv=["x"], pid=None,
+                        port=1, log_path="/nonexistent", started_at=before))
+    task = asyncio.create_task(sup.run())
+    await wait_for(lambda: sup.launcher.state is EngineState.READY, timeout=20, what="ready")
+    assert sup.launcher.run.mode == "safe"
+    await sup.writer.flush()
+    (inc,) = reader.incidents(kind="host_reset")
+    assert inc.severity == "critical"
+    (tr,) = reader.transitions()
+    assert (tr.from_mode, tr.to_mode) == ("fast", "safe")
+    sup.request_stop()
+    assert await asyncio.wait_for(task, 15) == 0
+    reader.close()

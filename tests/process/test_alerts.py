@@ -1,0 +1,123 @@
+"""Webhook alerts against a real HTTP receiver: what is sent, the Slack shape, the rate
+limit, retries, and that a dead webhook never holds anything up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from supervisor.policy_guards import AlertSpec
+from supervisor.record.records import Incident, Transition
+from supervisor.show.alerts import Alerter
+from tests.conftest import free_port
+
+
+class Receiver:
+    """A webhook endpoint that records bodies and fails the first ``fail`` posts."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.bodies: list[dict] = []
+        self.fail = fail
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if outer.fail > 0:
+                    outer.fail -= 1
+                    self.send_response(500)
+                else:
+                    outer.bodies.append(body)
+                    self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                return
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def incident(kind: str = "engine_core_died", severity: str = "critical") -> Incident:
+    return Incident(kind=kind, severity=severity, started_at=datetime.now(UTC),
+                    action="restart", explanation="EngineCore died", mode="mtp2", rung=0)
+
+
+STEP = Transition(at=datetime.now(UTC), from_mode="mtp2", to_mode="mtp1", from_rung=0,
+                  to_rung=1, reason="2 crashes", actor="guard:engine_dead")
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+async def test_critical_incidents_and_step_downs_are_sent_rate_limited() -> None:
+    rx = Receiver()
+    alerter = Alerter(AlertSpec(webhook_url=rx.url, min_interval_seconds=60), "fleet-a")
+    alerter.start()
+    try:
+        assert alerter.notify(incident(), None)
+        assert not alerter.notify(incident(), None)                  # same kind: suppressed
+        assert not alerter.notify(incident("memory_creep", "info"), None)   # info: no alert
+        assert alerter.notify(incident("spec_slower_than_plain", "warning"), STEP)  # step down
+        await until(lambda: len(rx.bodies) == 2)
+        first, step = rx.bodies
+        assert (first["fleet"], first["kind"], first["severity"], first["src"]) == (
+            "fleet-a", "engine_core_died", "critical", "supervisor")
+        assert step["transition"] == {"from_mode": "mtp2", "to_mode": "mtp1",
+                                      "actor": "guard:engine_dead", "reason": "2 crashes"}
+    finally:
+        await alerter.close()
+        rx.close()
+
+
+async def test_slack_payload_and_retries() -> None:
+    rx = Receiver(fail=2)
+    alerter = Alerter(AlertSpec(webhook_url=rx.url, format="slack", retries=3), "fleet-b")
+    alerter.start()
+    try:
+        alerter.notify(incident("memory_floor", "emergency"), STEP)
+        await until(lambda: rx.bodies, timeout=15)
+        (body,) = rx.bodies
+        assert set(body) == {"text"} and "EMERGENCY memory_floor" in body["text"]
+        assert "mtp2 -> mtp1" in body["text"]
+    finally:
+        await alerter.close()
+        rx.close()
+
+
+async def test_a_dead_webhook_never_blocks() -> None:
+    alerter = Alerter(AlertSpec(webhook_url=f"http://127.0.0.1:{free_port()}/none",
+                                retries=1, min_interval_seconds=0), "fleet-c")
+    alerter.start()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    for i in range(50):
+        alerter.notify(incident(f"kind{i}"), None)
+    assert loop.time() - t0 < 0.1                    # queued, not sent inline
+    await alerter.close()
+
+
+@pytest.mark.parametrize("fmt", ["teams"])
+def test_unknown_format_is_refused(fmt: str) -> None:
+    with pytest.raises(ValueError, match="format must be generic or slack"):
+        AlertSpec(webhook_url="http://x", format=fmt)
