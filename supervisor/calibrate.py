@@ -122,33 +122,48 @@ async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = N
          f"{'req':>4s} {'fail':>4s} acceptance by position")
     async with httpx.AsyncClient() as client:
         for rung in selected:
-            mode = policy.modes[rung]
             await launcher.start(rung=rung)
-            if not await _wait_ready(launcher):
-                emit(f"{mode.name:12s} did not become ready: skipped")
-                await launcher.kill(reason="calibration: not ready")
-                continue
-            model = await served_model(client, launcher.base_url, 5.0) or "default"
-            context = int(mode.args.get("--max-model-len") or DEFAULT_CONTEXT_TOKENS)
-            await AgentLoad(launcher.base_url, model, 1, context_limit_tokens=context).run(3.0)
-            for conc in concurrency:
-                m = await _measure(launcher, client, model, conc, seconds, context)
-                row = {"mode": mode.name, "concurrency": conc, **m}
-                rows.append(row)
-                ttft = m["ttft_seconds_p50"]
-                emit(f"{mode.name:12s} {conc:4d} {m['tokens_per_second_per_request']:9.1f} "
-                     f"{m['tokens_per_second_total']:7.1f} "
-                     f"{'-' if ttft is None else f'{ttft:.3f}':>8s} {m['requests']:4d} "
-                     f"{m['failed']:4d} {m['acceptance_by_position'] or '-'}")
-                await asyncio.to_thread(
-                    store.add_baseline, mode=mode.name, args_digest=args_digest(mode),
-                    concurrency=conc, measured_at=datetime.now(UTC),
-                    tokens_per_second_per_request=m["tokens_per_second_per_request"],
-                    tokens_per_second_total=m["tokens_per_second_total"],
-                    ttft_seconds=ttft, acceptance_by_position=m["acceptance_by_position"],
-                    peak_rss_bytes=m["peak_rss_bytes"],
-                    mem_available_min_bytes=m["mem_available_min_bytes"],
-                    seconds=m["seconds"], requests=m["requests"])
-            await launcher.stop(reason="calibration of this mode done")
+            try:
+                await _calibrate_mode(launcher, client, policy, store, rung, concurrency,
+                                      seconds, rows, emit)
+            finally:
+                await launcher.stop(reason="calibration of this mode done")
     await launcher.close()
     return rows
+
+
+def _tokens(value: object) -> int:
+    """--max-model-len as vLLM reads it: an integer or "32k"/"1m" (powers of 1000)."""
+    text = str(value).strip().lower()
+    scale = {"k": 1000, "m": 1000**2}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, policy: Policy,
+                          store: Store, rung: int, concurrency: tuple[int, ...], seconds: float,
+                          rows: list[dict[str, Any]], emit: Callable[[str], None]) -> None:
+    mode = policy.modes[rung]
+    if not await _wait_ready(launcher):
+        emit(f"{mode.name:12s} did not become ready: skipped")
+        return
+    model = await served_model(client, launcher.base_url, 5.0) or "default"
+    context = _tokens(mode.args.get("--max-model-len") or DEFAULT_CONTEXT_TOKENS)
+    await AgentLoad(launcher.base_url, model, 1, context_limit_tokens=context).run(3.0)
+    for conc in concurrency:
+        m = await _measure(launcher, client, model, conc, seconds, context)
+        row = {"mode": mode.name, "concurrency": conc, **m}
+        rows.append(row)
+        ttft = m["ttft_seconds_p50"]
+        emit(f"{mode.name:12s} {conc:4d} {m['tokens_per_second_per_request']:9.1f} "
+             f"{m['tokens_per_second_total']:7.1f} "
+             f"{'-' if ttft is None else f'{ttft:.3f}':>8s} {m['requests']:4d} "
+             f"{m['failed']:4d} {m['acceptance_by_position'] or '-'}")
+        await asyncio.to_thread(
+            store.add_baseline, mode=mode.name, args_digest=args_digest(policy, mode),
+            concurrency=conc, measured_at=datetime.now(UTC),
+            tokens_per_second_per_request=m["tokens_per_second_per_request"],
+            tokens_per_second_total=m["tokens_per_second_total"],
+            ttft_seconds=ttft, acceptance_by_position=m["acceptance_by_position"],
+            peak_rss_bytes=m["peak_rss_bytes"],
+            mem_available_min_bytes=m["mem_available_min_bytes"],
+            seconds=m["seconds"], requests=m["requests"])

@@ -222,11 +222,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         case "transitions":
             rows = timeline(store=store, since=since, limit=args.limit)
         case "runs":
-            rows = engine_runs(store=store, since=since)
+            rows = engine_runs(store=store, since=since)[:args.limit]
         case "services":
             rows = service_runs(store=store, limit=args.limit)
         case _:
-            rows = telemetry(store=store, since=since or datetime.now(UTC) - timedelta(days=1))
+            rows = telemetry(store=store, since=since or datetime.now(UTC) - timedelta(days=1)
+                             )[:args.limit]
     print(export_rows(rows, what=args.what, fmt=args.format))
     return EXIT_OK
 

@@ -179,6 +179,9 @@ class Hysteresis(_Model):
     timezone: str = "UTC"
     shed_factor: Ratio = 0.5
     """Shedding multiplies the mode's gateway limits by this."""
+    shed_seconds: Annotated[float, Field(ge=0)] = 120.0
+    """After shedding, a warning that asked to shed first must persist this long before
+    the engine steps down (the lower limits get their chance to help)."""
 
     @field_validator("step_up_windows")
     @classmethod

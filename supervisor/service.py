@@ -26,7 +26,7 @@ from supervisor.act.logfiles import rotate_engine_logs
 from supervisor.act.systemd import Notifier
 from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
-from supervisor.decide.decision import Decision
+from supervisor.decide.decision import Action, Decision
 from supervisor.decide.derived import EngineRates, engine_rates
 from supervisor.decide.ladder import (
     LadderState,
@@ -40,7 +40,7 @@ from supervisor.decide.ladder import (
 from supervisor.decide.window import Window
 from supervisor.errors import EngineStopTimeout, PolicyError, StoreError
 from supervisor.gateway.server import Gateway
-from supervisor.policy import Policy, load_policy_file, needs_restart
+from supervisor.policy import Policy, build_argv, load_policy_file
 from supervisor.record.baselines import load_baselines
 from supervisor.record.records import (
     AddIncident,
@@ -138,7 +138,7 @@ class Supervisor:
                                  gateway=gateway_control, metrics=self.metrics,
                                  alerter=self.alerter)
         self.registry.register(StateCollector(StateView(
-            policy, latest=lambda: self.window.latest, rates=self._rates,
+            lambda: self.policy, latest=lambda: self.window.latest, rates=self._rates,
             rung=lambda: self.ladder.rung, spooled=lambda: self.writer.spooled)))
         self.started_s = time.monotonic()
         self._admin: AppServer | None = None
@@ -173,20 +173,19 @@ class Supervisor:
             logger.info("calibrated baselines: %s", ", ".join(
                 f"{m} {[f'{c:g}: {t:.0f} tok/s' for c, t in v]}"
                 for m, v in self.baselines.items()))
-        if self.trace is not None:
-            self.trace.header(fleet=self.policy.fleet, t0_s=self.ladder.since_s,
-                              baselines=self.baselines)
         await self._clear_leftovers()
+        if self.trace is not None:       # after adoption and the host-reset check
+            self.trace.header(fleet=self.policy.fleet, t0_s=self.ladder.since_s,
+                              baselines=self.baselines, rung=self.ladder.rung,
+                              last_trouble_s=self.ladder.last_trouble_s)
         self.alerter.start()
-        if self.gateway is not None:
-            await self.gateway.start()
-        if self.policy.admin.enabled:
-            adm = self.policy.admin
-            self._admin = AppServer(create_admin_app(self, token=load_token(self)), adm.host,
-                                    adm.port, name="admin API")
-            await self._admin.start()
-            logger.info("admin API and dashboard at http://%s:%d/ (metrics: /metrics)",
-                        adm.host, adm.port)
+        try:
+            await self._start_listeners()
+        except OSError as exc:
+            logger.error("%s: stopping", exc)
+            self.exit_code = 1
+            await self._shutdown()
+            return self.exit_code
         scheduler = self._scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         scheduler.add_job(self._scheduled_tick, "interval",
                           seconds=self.policy.sampling.tick_seconds, max_instances=1,
@@ -208,6 +207,18 @@ class Supervisor:
             scheduler.shutdown(wait=False)
             await self._shutdown()
         return self.exit_code
+
+    async def _start_listeners(self) -> None:
+        """The gateway and the admin API. Raises OSError when a port cannot be bound."""
+        if self.gateway is not None:
+            await self.gateway.start()
+        if self.policy.admin.enabled:
+            adm = self.policy.admin
+            self._admin = AppServer(create_admin_app(self, token=load_token(self)), adm.host,
+                                    adm.port, name="admin API")
+            await self._admin.start()
+            logger.info("admin API and dashboard at http://%s:%d/ (metrics: /metrics)",
+                        adm.host, adm.port)
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask ``run()`` to stop the engine and return (safe from a signal handler)."""
@@ -335,11 +346,17 @@ class Supervisor:
             self.window.append(sample)
             if self.trace is not None:
                 self.trace.sample(sample)
-            if self._action is not None and not self._action.done():
-                if self.trace is not None:
-                    self.trace.skip(now)
-                return None
             decision = decide(self.window, self.ladder, self.policy, now, self.baselines)
+            if self._action is not None and not self._action.done():
+                if decision.action is not Action.KILL_NOW:
+                    if self.trace is not None:
+                        self.trace.skip(now)
+                    return None
+                # An emergency does not wait for a drain or a graceful stop to finish:
+                # seconds matter (a GB10 host can freeze ~5 s after memory runs out).
+                logger.warning("emergency during %s: interrupting it", "an action")
+                self._action.cancel()
+                await asyncio.gather(self._action, return_exceptions=True)
             if self.trace is not None:
                 self.trace.decision(now, decision)
             self.last_decision = decision
@@ -403,9 +420,10 @@ class Supervisor:
         latest = self.window.latest
         if latest is None:
             return
-        rung = latest.engine_rung if latest.engine_rung is not None else self.ladder.rung
+        run = self.launcher.run
+        mode = run.mode if run is not None else self.policy.modes[self.ladder.rung].name
         point = telemetry_point(self.window, now_s=time.monotonic(), seconds=TELEMETRY_SECONDS,
-                                mode=self.policy.modes[rung].name)
+                                mode=mode)
         if point is not None:
             self._telemetry_buffer.append(point)
         if len(self._telemetry_buffer) >= TELEMETRY_BATCH:
@@ -464,13 +482,24 @@ class Supervisor:
                 rung=self.ladder.rung, explanation=f"policy reload ({reason}) refused: {exc}",
                 outcome="the running policy stays", findings=[{"error": str(exc)}])))
             return False
-        old_mode = self.policy.modes[self.ladder.rung]
+        old, old_mode = self.policy, self.policy.modes[self.ladder.rung]
         names = [m.name for m in new.modes]
         rung = names.index(old_mode.name) if old_mode.name in names else new.initial_rung
-        changed = old_mode.name not in names or needs_restart(old_mode, new.modes[rung])
+        changed = (old_mode.name not in names
+                   or build_argv(old, old_mode) != build_argv(new, new.modes[rung])
+                   or old.engine.environment != new.engine.environment
+                   or old.working_directory != new.working_directory)
+
+        def remap(r: int | None) -> int | None:
+            name = None if r is None else old.modes[r].name
+            return names.index(name) if name in names else None
+
         self._apply_policy(new)
         self.ladder = dataclasses.replace(self.ladder, rung=rung, reload_pending=changed,
-                                          pinned=None, requested=None)
+                                          pinned=remap(self.ladder.pinned),
+                                          requested=remap(self.ladder.requested))
+        if self.trace is not None:
+            self.trace.operator(time.monotonic(), "reload", rung, reload_pending=changed)
         logger.info("policy reloaded (%s): %d modes; running mode %s%s", reason,
                     len(new.modes), new.modes[rung].name,
                     " changed: the engine restarts" if changed else " unchanged")
@@ -490,8 +519,8 @@ class Supervisor:
         self.window.max_age_seconds = new.sampling.window_seconds
         self.alerter.spec = new.alerts
         if self.gateway is not None:
-            self.gateway.policy = new
-            self.gateway.spec = new.gateway
+            self.gateway.apply_policy(new, self.ladder.rung if self.ladder.rung < len(
+                new.modes) else new.initial_rung)
         if self._scheduler is not None:
             self._scheduler.reschedule_job("tick", trigger="interval",
                                            seconds=new.sampling.tick_seconds)
@@ -552,6 +581,8 @@ class Supervisor:
 
     def _on_engine_change(self, run: EngineRun, state: EngineState) -> None:
         status = f"mode {run.mode} (rung {run.rung}): engine {state}, run {run.run_id}"
+        if state is EngineState.STARTING:
+            self.notifier.extend_timeout(self.policy.engine.start_timeout_seconds + 30)
         if state is EngineState.READY:
             self.notifier.ready(status)
         self.notifier.status(status)

@@ -193,10 +193,10 @@ class Executor:
         transition = None
         if decision.action in (Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP) \
                 and decision.rung != from_rung:
-            if worst is not None and decision.action is not Action.STEP_UP:
-                actor = f"guard:{worst.guard}"
-            elif "operator" in decision.explanation:
+            if decision.operator:
                 actor = "operator"
+            elif worst is not None and decision.action is not Action.STEP_UP:
+                actor = f"guard:{worst.guard}"
             else:
                 actor = "schedule"
             transition = Transition(

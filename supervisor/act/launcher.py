@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from supervisor.act.processes import (
 )
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
+from supervisor.record.privacy import mask_argv
 from supervisor.sense.names import PROCESS_TITLES
 from supervisor.sense.probes import probe_health
 from supervisor.sense.process_tree import read_process_tree
@@ -213,7 +215,7 @@ class EngineLauncher:
         self._exited = asyncio.Event()
         try:
             self._proc = await self._spawn(run)
-        except EngineStartError as exc:
+        except (EngineStartError, OSError, subprocess.SubprocessError) as exc:
             run.error = str(exc)
             run.crash_reason = CrashReason.SPAWN_FAILED
             run.ended_at = _utcnow()
@@ -222,7 +224,7 @@ class EngineLauncher:
             return run
         run.pid = self._proc.pid
         logger.info("engine run %s: mode %s, pid %d, argv %s", run_id, mode.name, run.pid,
-                    " ".join(run.argv))
+                    " ".join(mask_argv(run.argv)))
         self._set(EngineState.STARTING, f"spawned pid {run.pid}")
         self._spawn_task(self._watch_exit(run, self._proc))
         self._spawn_task(self._watch_ready(run))
@@ -233,8 +235,11 @@ class EngineLauncher:
         owner = _port_owner(eng.host, eng.port)
         if owner is not None:
             raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
-        run.log_path.parent.mkdir(parents=True, exist_ok=True)
-        run.tmp_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run.log_path.parent.mkdir(parents=True, exist_ok=True)
+            run.tmp_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **eng.environment,
                "TMPDIR": str(run.tmp_dir)}
         try:
@@ -244,8 +249,9 @@ class EngineLauncher:
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True, preexec_fn=_ENGINE_SCHEDULING.apply,
                 )
-        except OSError as exc:
-            raise EngineStartError(f"cannot execute {run.argv[0]}: {exc.strerror or exc}") from exc
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise EngineStartError(f"cannot execute {run.argv[0]}: "
+                                   f"{getattr(exc, 'strerror', None) or exc}") from exc
 
     async def _watch_exit(self, run: EngineRun, proc: asyncio.subprocess.Process) -> None:
         rc = await proc.wait()
@@ -422,6 +428,11 @@ class EngineLauncher:
                 kill_group(run.pgid)
                 survivors = group_members(run.pgid)
             if survivors:
+                # Recorded as stopped all the same: the ladder goes on (a new start then
+                # meets the port still held, a failed spawn with backoff and give-up),
+                # instead of waiting forever on processes SIGKILL cannot end (D state).
+                run.ended_at = run.ended_at or _utcnow()
+                self._set(EngineState.STOPPED, f"pids {survivors} survived SIGKILL")
                 raise EngineStopTimeout(
                     f"engine run {run.run_id}: pids {survivors} of group {run.pgid} survived "
                     f"SIGKILL for {timeout:g} s", engine_pid=run.pid, survivors=survivors)

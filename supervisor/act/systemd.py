@@ -64,6 +64,13 @@ class Notifier:
             self._last_status = text
             self._send(f"STATUS={text}")
 
+    def extend_timeout(self, seconds: float) -> None:
+        """EXTEND_TIMEOUT_USEC before READY=1: an engine (re)start may take this long, so
+        several restarts and step downs before the first READY do not trip the unit's
+        start timeout (sd_notify(3), systemd 236+)."""
+        if not self._ready_sent:
+            self._send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1e6)}")
+
     def watchdog(self) -> None:
         """WATCHDOG=1: the main loop is alive."""
         if self.watchdog_seconds is not None:
@@ -108,7 +115,7 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
         *( [f"User={user}"] if user else []),
         "Restart=always",
         "RestartSec=5",
-        "WatchdogSec=30",
+        f"WatchdogSec={max(30, int(3 * policy.sampling.tick_seconds))}",
         f"TimeoutStartSec={start}",
         f"TimeoutStopSec={stop}",
         f"KillMode={kill_mode}",

@@ -110,6 +110,8 @@ class Rig:
         self.db = self.data["storage"].get("database_url") or f"sqlite:///{state}/supervisor.db"
         self.proc: subprocess.Popen | None = None
         self.records: list[RequestRecord] = []
+        self._store: Store | None = None
+        self._store_lock = threading.Lock()
         self._fleets: list[tuple[asyncio.AbstractEventLoop, asyncio.Event,
                                  threading.Thread]] = []
 
@@ -137,24 +139,20 @@ class Rig:
         self.proc.wait()
 
     def store(self) -> Store:
-        """A fresh view of the store (close it after use)."""
-        return Store.open(self.db, fleet="chaos")
+        """The rig's view of the store: opened (and migrated) once, shared by threads
+        (Alembic's migration context is not thread-safe; SQLAlchemy sessions are per call)."""
+        with self._store_lock:
+            if self._store is None:
+                self._store = Store.open(self.db, fleet="chaos")
+            return self._store
 
     def runs(self) -> list[Any]:
         """Engine runs, oldest first."""
-        store = self.store()
-        try:
-            return list(reversed(store.runs(limit=1000)))
-        finally:
-            store.close()
+        return list(reversed(self.store().runs(limit=1000)))
 
     def incidents(self) -> list[Any]:
         """Incidents, oldest first."""
-        store = self.store()
-        try:
-            return list(reversed(store.incidents(limit=1000)))
-        finally:
-            store.close()
+        return list(reversed(self.store().incidents(limit=1000)))
 
     def wait(self, what: str, predicate: Any, timeout: float = 300.0) -> Any:
         """Poll ``predicate`` every 0.05 s until it returns something truthy."""
@@ -259,3 +257,5 @@ class Rig:
         for run in self.runs():
             if run.pid and group_members(run.pid):
                 os.killpg(run.pid, signal.SIGKILL)
+        if self._store is not None:
+            self._store.close()

@@ -85,8 +85,16 @@ def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:
     target = min(ladder.rung + 1, len(sit.policy.modes) - 1)
     where = (f"start {_name(sit, target)}" if target != ladder.rung
              else f"restart {_name(sit, target)} (already the safest rung)")
+    in_probation = ladder.probation_until_s is not None and sit.now_s < ladder.probation_until_s
+    delay = 0.0
+    if target == ladder.rung:        # nowhere lower to go: back off like a crash would
+        delay = restart_delay(sit.policy.restart,
+                              len(recent_crashes(ladder, sit.policy, sit.now_s)) + 1)
+        where += f" in {delay:g} s"
     return Decision(Action.KILL_NOW, target, f"{em[0].summary} -> kill the engine now, {where}",
-                    tuple(findings), run_id=s.engine_run_id)
+                    tuple(findings), run_id=s.engine_run_id, delay_seconds=delay,
+                    marks_failing=ladder.rung if in_probation and target != ladder.rung
+                    else None)
 
 
 def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
@@ -171,7 +179,9 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
     if not warnings:
         return None
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
-    w, found = warnings[0], tuple(findings)
+    # A step down that waits for a calm moment must not hold back one that cannot wait.
+    urgent = [f for f in warnings if f.response is not Response.SKIP_SPECULATION_WHEN_CALM]
+    w, found = (urgent or warnings)[0], tuple(findings)
     mode = _name(sit, ladder.rung)
     if ladder.paused or ladder.pinned is not None:
         why = "paused by the operator" if ladder.paused else "pinned by the operator"
@@ -187,6 +197,12 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
                         f"{policy.hysteresis.shed_factor:g}", found, shed=True)
     if w.response is Response.SHED:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: load already shed", found)
+    if w.response is Response.SHED_FIRST and ladder.shed_since_s is not None:
+        waited = now - ladder.shed_since_s
+        if waited < policy.hysteresis.shed_seconds:
+            return Decision(Action.HOLD, ladder.rung, f"{w.summary}: load shed {waited:.0f} s "
+                            f"ago; stepping down if it persists {policy.hysteresis.shed_seconds:g}"
+                            " s", found)
     target = ladder.rung + 1
     if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
         target = policy.first_plain_rung_below(ladder.rung) or target
@@ -218,7 +234,8 @@ def _pinned(sit: Situation, findings: list[Finding]) -> Decision | None:
     if target is None or target == ladder.rung:
         return None
     action = Action.STEP_DOWN if target > ladder.rung else Action.STEP_UP
-    return Decision(action, target, f"{how} {_name(sit, target)}", tuple(findings))
+    return Decision(action, target, f"{how} {_name(sit, target)}", tuple(findings),
+                    operator=True)
 
 
 def _in_window(sit: Situation) -> bool:

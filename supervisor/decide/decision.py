@@ -62,6 +62,8 @@ class Decision:
     """For SHED: True lowers the gateway's limits, False restores them."""
     marks_failing: int | None = None
     """A rung that failed during its probation: not retried before its backoff."""
+    operator: bool = False
+    """Taken because the operator pinned or stepped the ladder (not a guard)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
@@ -69,5 +71,5 @@ class Decision:
             "action": str(self.action), "rung": self.rung, "explanation": self.explanation,
             "findings": [f.to_dict() for f in self.findings],
             "delay_seconds": self.delay_seconds, "run_id": self.run_id, "shed": self.shed,
-            "marks_failing": self.marks_failing,
+            "marks_failing": self.marks_failing, "operator": self.operator,
         }

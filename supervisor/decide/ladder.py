@@ -46,6 +46,7 @@ class LadderState:
     failing: tuple[tuple[int, float, float], ...] = ()
     last_trouble_s: float | None = None
     shed: bool = False
+    shed_since_s: float | None = None
     deferred_since_s: float | None = None
     pinned: int | None = None
     paused: bool = False
@@ -75,15 +76,16 @@ class LadderState:
 def restart_delay(restart: Restart, crashes_in_window: int) -> float:
     """Seconds to wait before restarting after the ``crashes_in_window``-th crash (1-based).
 
-    The first restart waits ``restart_delay_seconds``; each further crash within the
-    interval doubles the wait (from 1 s if the first delay is 0), capped at
+    The first restart waits ``restart_delay_seconds`` and each further crash within the
+    interval doubles it (0 s: then 1, 2, 4 s ...), capped at
     ``restart_delay_max_seconds`` (systemd's RestartSec=/RestartMaxDelaySec=).
     """
     base = restart.restart_delay_seconds
     if crashes_in_window <= 1:
         return base
-    first = base if base > 0 else 1.0
-    return min(restart.restart_delay_max_seconds, first * 2.0 ** (crashes_in_window - 2))
+    if base > 0:                        # base, 2 base, 4 base, ...
+        return min(restart.restart_delay_max_seconds, base * 2.0 ** (crashes_in_window - 1))
+    return min(restart.restart_delay_max_seconds, 2.0 ** (crashes_in_window - 2))  # 0, 1, 2 ..
 
 
 def recent_crashes(ladder: LadderState, policy: Policy, now_s: float) -> tuple[float, ...]:
@@ -122,6 +124,10 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
             return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
                        handled_run_id=decision.run_id,
                        start_not_before_s=now_s + decision.delay_seconds)
+        case Action.KILL_NOW if decision.rung == ladder.rung:
+            return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
+                       handled_run_id=decision.run_id or ladder.handled_run_id,
+                       start_not_before_s=now_s + decision.delay_seconds)
         case Action.STEP_DOWN | Action.KILL_NOW | Action.STEP_UP:
             failing = ladder.failing
             if decision.marks_failing is not None:
@@ -136,10 +142,11 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                 start_not_before_s=now_s + decision.delay_seconds,
                 last_change_s=now_s if moved else ladder.last_change_s,
                 transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
-                probation_until_s=probation, failing=failing, shed=False,
+                probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
                 deferred_since_s=None)
         case Action.SHED:
-            return rep(ladder, shed=bool(decision.shed))
+            return rep(ladder, shed=bool(decision.shed),
+                       shed_since_s=now_s if decision.shed else None)
         case Action.RELOAD | Action.START:
             return rep(ladder, reload_pending=False)
         case Action.GIVE_UP:

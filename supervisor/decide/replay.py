@@ -7,6 +7,7 @@ skipped one) and operator levers are applied where they were pulled.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -77,7 +78,9 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
             fields = {k: v for k, v in rec.items() if k != "type"}
             sample = Sample.from_dict(fields)
             if ladder is None:
-                ladder = LadderState.initial(policy, header.get("t0_s", sample.t_s))
+                ladder = LadderState(rung=header.get("rung", policy.initial_rung),
+                                     since_s=header.get("t0_s", sample.t_s),
+                                     last_trouble_s=header.get("last_trouble_s"))
             window.append(sample)
             if live:
                 pending = sample
@@ -105,4 +108,7 @@ def _operator(ladder: LadderState, rec: dict[str, Any]) -> LadderState:
             return resume(ladder)
         case "step":
             return request(ladder, int(rec["rung"]))
+        case "reload":
+            return dataclasses.replace(ladder, rung=int(rec["rung"]),
+                                       reload_pending=bool(rec.get("reload_pending")))
     return ladder

@@ -84,7 +84,12 @@ class GatewayApp:
             logger.exception("gateway: %s %s failed", scope["method"], scope["path"])
             response = openai_error(500, "the supervisor's gateway failed on this request",
                                     type_="server_error", code="gateway_error")
-        await response(scope, receive, send)
+        try:
+            await response(scope, receive, send)
+        finally:
+            close = getattr(response, "supervisor_close", None)
+            if close is not None:                 # a stream whose body never ran
+                await close("client_disconnected")
 
 
 def _gateway_api(gw: Gateway) -> FastAPI:
@@ -234,24 +239,36 @@ def _response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
 
 def _stream(gw: Gateway, resp: aiohttp.ClientResponse,
             slot: AsyncExitStack | None) -> Response:
+    outcome = {"value": "ok", "closed": False}
+
+    async def close(final: str | None = None) -> None:
+        """Release the upstream response and the slot, once (also when the body never
+        started: Starlette cancels it if the client was already gone)."""
+        if outcome["closed"]:
+            return
+        outcome["closed"] = True
+        gw.metrics.requests.labels(final or outcome["value"]).inc()
+        resp.release()
+        if slot is not None:
+            await slot.aclose()
+
     async def body() -> AsyncIterator[bytes]:
-        outcome = "ok"
         try:
             async for chunk in resp.content.iter_any():
                 yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
-            outcome = "broken_stream"
+            outcome["value"] = "broken_stream"
             logger.warning("engine stream broke mid-way (%s): ending it with an error event",
                            exc.__class__.__name__)
             yield _sse_error(f"the engine's stream broke ({exc.__class__.__name__}); the "
                              "supervisor is restarting it: retry the request")
         except (asyncio.CancelledError, GeneratorExit):
-            outcome = "client_disconnected"
+            outcome["value"] = "client_disconnected"
             raise
         finally:
-            gw.metrics.requests.labels(outcome).inc()
-            resp.release()
-            if slot is not None:
-                await slot.aclose()
+            await close()
 
-    return StreamingResponse(body(), status_code=resp.status, headers=_response_headers(resp))
+    response = StreamingResponse(body(), status_code=resp.status,
+                                 headers=_response_headers(resp))
+    response.supervisor_close = close  # type: ignore[attr-defined]
+    return response

@@ -92,6 +92,19 @@ class Gateway:
         logger.info("gateway admitting for mode %s (%d queued)", self.mode_name,
                     self.admission.queued)
 
+    def apply_policy(self, policy: Policy, rung: int) -> None:
+        """A reloaded policy: keys, the upstream key, limits and timeouts at once (the
+        listeners cannot change while running; the service refuses such a reload)."""
+        self.policy = policy
+        self.spec = policy.gateway
+        self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
+        env = self.spec.upstream_api_key_env
+        self.upstream_key = os.environ.get(env) if env else None
+        self.admission.shed_factor = policy.hysteresis.shed_factor
+        self.admission.hold_timeout_seconds = self.spec.hold_timeout_seconds
+        self.mode_name = policy.modes[rung].name
+        self.admission.set_limits(policy.modes[rung].gateway)
+
     def set_shed(self, shed: bool) -> None:
         """Lower (True) or restore the current mode's limits."""
         self.admission.set_shed(shed)

@@ -6,22 +6,24 @@ import hashlib
 import json
 
 from supervisor.decide.context import Baselines
-from supervisor.policy import Mode, Policy
+from supervisor.policy import Mode, Policy, build_argv
 from supervisor.record.store import Store
 
 __all__ = ["args_digest", "load_baselines"]
 
 
-def args_digest(mode: Mode) -> str:
-    """A short digest of the mode's engine arguments: a baseline measured with other
-    arguments (a changed mode) is not this mode's baseline."""
-    blob = json.dumps(mode.args, sort_keys=True, separators=(",", ":"), default=str)
+def args_digest(policy: Policy, mode: Mode) -> str:
+    """A short digest of everything the engine of ``mode`` is launched with (the whole
+    argument vector, the model included, and the environment): a baseline measured with
+    anything else is not this mode's baseline."""
+    blob = json.dumps([build_argv(policy, mode), policy.engine.environment], sort_keys=True,
+                      separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def load_baselines(store: Store, policy: Policy) -> Baselines:
     """mode name -> [(concurrency, tokens/s per request)] for the policy's current modes."""
-    digests = {m.name: args_digest(m) for m in policy.modes}
+    digests = {m.name: args_digest(policy, m) for m in policy.modes}
     out: dict[str, list[tuple[float, float]]] = {}
     for row in store.baselines():
         if digests.get(row.mode) == row.args_digest:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.util import CommandError
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import (
@@ -115,6 +116,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             command.upgrade(cfg, revision)
     except SQLAlchemyError as exc:
         raise StoreError(f"migrating {engine.url!r} failed: {exc}") from exc
+    except CommandError as exc:
+        raise StoreError(f"cannot run the migrations in {MIGRATIONS_DIR}: {exc} (they live in "
+                         "the repository: install it with `pip install -e .`)") from exc
 
 
 def downgrade(engine: Engine, revision: str) -> None:

@@ -2,14 +2,15 @@
 
 One JSON object per line, with a ``type``:
 
-- ``header``: ``version``, ``fleet``, ``t0_s`` (monotonic start of the ladder),
-  ``started_at`` (UTC ISO), ``baselines`` (mode -> [[concurrency, tokens/s per request]]);
+- ``header``: ``version``, ``fleet``, ``t0_s`` (monotonic start of the ladder), ``rung``
+  and ``last_trouble_s`` (the ladder after adoption or a host reset), ``started_at`` (UTC
+  ISO), ``baselines`` (mode -> [[concurrency, tokens/s per request]]);
 - ``sample``: every field of a Sample (see ``supervisor.sense.sample``);
 - ``decision``: the decision taken right after the sample before it (``Decision.to_dict``
   plus ``t_s``);
 - ``skip``: no decision after the sample before it (an action was still being carried out);
-- ``operator``: ``t_s``, ``action`` (pin, unpin, pause, resume) and ``rung``, applied to
-  the ladder before the next sample.
+- ``operator``: ``t_s``, ``action`` (pin, unpin, step, pause, resume, or ``reload`` with
+  ``reload_pending``) and ``rung``, applied to the ladder before the next sample.
 
 A trace of samples alone (``supervisor sample --watch > trace.jsonl``) replays too: a
 decision is then taken after every sample.
@@ -44,10 +45,13 @@ class TraceWriter:
             self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
             self._f.flush()
 
-    def header(self, *, fleet: str, t0_s: float, baselines: Baselines) -> None:
-        """The first record: who recorded it and what it knew at the start."""
+    def header(self, *, fleet: str, t0_s: float, baselines: Baselines, rung: int = 0,
+               last_trouble_s: float | None = None) -> None:
+        """The first record: who recorded it and what it knew at the start (the ladder's
+        rung after adoption or a host reset, and its last trouble)."""
         self._write({"type": "header", "version": TRACE_VERSION, "fleet": fleet, "t0_s": t0_s,
-                     "started_at": datetime.now(UTC).isoformat(),
+                     "started_at": datetime.now(UTC).isoformat(), "rung": rung,
+                     "last_trouble_s": last_trouble_s,
                      "baselines": {m: [list(b) for b in v] for m, v in baselines.items()}})
 
     def sample(self, sample: Sample) -> None:
@@ -62,9 +66,10 @@ class TraceWriter:
         """No decision on the sample just written (an action was in progress)."""
         self._write({"type": "skip", "t_s": t_s})
 
-    def operator(self, t_s: float, action: str, rung: int | None = None) -> None:
-        """An operator lever pulled between two ticks."""
-        self._write({"type": "operator", "t_s": t_s, "action": action, "rung": rung})
+    def operator(self, t_s: float, action: str, rung: int | None = None,
+                 **extra: object) -> None:
+        """An operator lever pulled between two ticks (or a policy ``reload``)."""
+        self._write({"type": "operator", "t_s": t_s, "action": action, "rung": rung, **extra})
 
     def close(self) -> None:
         """Close the file (later writes are dropped)."""

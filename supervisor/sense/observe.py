@@ -56,16 +56,21 @@ def find_engine(policy: Policy) -> tuple[int | None, str | None, int | None]:
     return None, None, None
 
 
-async def _status(policy: Policy, client: httpx.AsyncClient) -> EngineStatus:
+async def _status(policy: Policy, client: httpx.AsyncClient,
+                  previous: EngineStatus | None) -> EngineStatus:
     pid, run_id, rung = find_engine(policy)
     now = time.monotonic()
     if pid is None or not psutil.pid_exists(pid):
-        return EngineStatus(EngineState.STOPPED, now)
-    eng = policy.engine
-    health, _ = await probe_health(client, f"http://{eng.host}:{eng.port}",
-                                   policy.sampling.probe_timeout_seconds)
-    state = EngineState.READY if health == 200 else EngineState.STARTING
-    return EngineStatus(state, now, run_id=run_id, rung=rung, pid=pid)
+        state = EngineState.STOPPED
+    else:
+        eng = policy.engine
+        health, _ = await probe_health(client, f"http://{eng.host}:{eng.port}",
+                                       policy.sampling.probe_timeout_seconds)
+        state = EngineState.READY if health == 200 else EngineState.STARTING
+    # The state's age carries over while nothing changed (guards read it in replay).
+    same = previous is not None and (previous.state, previous.pid) == (state, pid)
+    since = previous.since_s if same and previous is not None else now
+    return EngineStatus(state, since, run_id=run_id, rung=rung, pid=pid)
 
 
 async def observe(policy: Policy, *, watch: bool, interval_seconds: float,
@@ -82,8 +87,9 @@ async def observe(policy: Policy, *, watch: bool, interval_seconds: float,
     n = 0
     try:
         async with httpx.AsyncClient() as client:
+            status: EngineStatus | None = None
             while True:
-                status = await _status(policy, client)
+                status = await _status(policy, client, status)
                 sample = await sensors.sample(now_s=time.monotonic(), status=status,
                                               window=window)
                 window.append(sample)

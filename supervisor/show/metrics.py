@@ -88,7 +88,7 @@ class SupervisorMetrics:
 class StateView:
     """What the collector reads at scrape time (callables into the live service)."""
 
-    policy: Policy
+    policy: Callable[[], Policy]
     latest: Callable[[], Sample | None]
     rates: Callable[[], EngineRates | None]
     rung: Callable[[], int]
@@ -103,11 +103,12 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[object]:
         v = self.view
-        modes = [m.name for m in v.policy.modes]
-        rung = v.rung()
+        policy = v.policy()
+        modes = [m.name for m in policy.modes]
+        rung = min(v.rung(), len(modes) - 1)
         info = InfoMetricFamily("supervisor_mode", "The mode the ladder is on.")
         info.add_metric([], {"mode": modes[rung], "rung": str(rung),
-                             "fleet": v.policy.fleet})
+                             "fleet": policy.fleet})
         yield info
         state = StateSetMetricFamily("supervisor_mode_state", "One series per mode; 1 for "
                                      "the current one.", labels=[])
@@ -118,7 +119,7 @@ class StateCollector(Collector):
         yield g
         floor = GaugeMetricFamily("supervisor_memory_floor_bytes",
                                   "The memory floor guard's threshold on MemAvailable.")
-        floor.add_metric([], v.policy.guards.memory_floor.min_available_bytes)
+        floor.add_metric([], policy.guards.memory_floor.min_available_bytes)
         yield floor
         spool = GaugeMetricFamily("supervisor_store_spooled_records",
                                   "Records waiting in the spool for the database.")

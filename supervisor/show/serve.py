@@ -35,7 +35,12 @@ class AppServer:
         self._task = asyncio.get_running_loop().create_task(self.server.serve())
         while not self.server.started:
             if self._task.done():
-                self._task.result()
+                # uvicorn turns a bind error into sys.exit(STARTUP_FAILURE).
+                try:
+                    self._task.result()
+                except SystemExit as exc:
+                    raise OSError(f"{self.name} could not listen on {self.host}:{self.port} "
+                                  "(address in use?)") from exc
                 raise OSError(f"{self.name} could not listen on {self.host}:{self.port}")
             await asyncio.sleep(0.02)
 

@@ -216,3 +216,24 @@ async def test_shed_halves_the_limits_and_release_applies_the_new_mode(tmp_path:
         assert rig.gw.admission.max_concurrency == 4
         rig.gw.release(1)
         assert (rig.gw.admission.max_concurrency, rig.gw.mode_name) == (2, "safe")
+
+
+async def test_a_client_gone_before_its_stream_starts_gives_its_slot_back(tmp_path: Path) -> None:
+    modes = [{"name": "fast", "gateway": {"max_concurrency": 1, "max_queue": 4,
+                                          "queue_timeout_seconds": 30}}]
+    async with Rig(tmp_path, modes=modes,
+                   engine_args=("--tokens", "4", "--token-delay", "0.3")) as rig, \
+            httpx.AsyncClient(timeout=30) as c:
+        first = asyncio.create_task(c.post(rig.url + "/v1/chat/completions",
+                                           json=chat(stream=True)))
+        await asyncio.sleep(0.2)
+        # B queues behind A, then its client gives up while still queued.
+        with pytest.raises(httpx.ReadTimeout):
+            async with httpx.AsyncClient(timeout=0.5) as impatient:
+                await impatient.post(rig.url + "/v1/chat/completions",
+                                     json=chat(stream=True))
+        assert (await first).status_code == 200
+        await asyncio.sleep(1.5)
+        assert rig.gw.admission.in_flight == 0          # B's slot came back
+        again = await c.post(rig.url + "/v1/chat/completions", json=chat())
+        assert again.status_code == 200

@@ -127,7 +127,7 @@ def test_restart_waits_for_the_backoff() -> None:
 
 @pytest.mark.parametrize("first, n, expected", [
     (0.0, 1, 0.0), (0.0, 2, 1.0), (0.0, 3, 2.0), (0.0, 6, 16.0), (0.0, 9, 60.0),
-    (2.0, 1, 2.0), (2.0, 2, 2.0), (2.0, 3, 4.0),
+    (2.0, 1, 2.0), (2.0, 2, 4.0), (2.0, 3, 8.0),
 ])
 def test_restart_delay_doubles_up_to_the_cap(first: float, n: int, expected: float) -> None:
     rst = Restart(restart_delay_seconds=first, restart_delay_max_seconds=60)

@@ -105,7 +105,7 @@ def supervisor_names(tmp_path: Path) -> set[str]:
     sample = Sample(t_s=0.0, engine_state=EngineState.READY,
                     **dict.fromkeys(SAMPLE_GAUGES, 1.0))
     rates = EngineRates(seconds=60.0, **dict.fromkeys(RATE_GAUGES, 1.0))
-    registry.register(StateCollector(StateView(policy, latest=lambda: sample,
+    registry.register(StateCollector(StateView(lambda: policy, latest=lambda: sample,
                                                rates=lambda: rates, rung=lambda: 0,
                                                spooled=lambda: 0)))
     names: set[str] = set()

@@ -91,11 +91,20 @@ def test_floor_applies_during_start_up() -> None:
     assert decide_on(trace).action is Action.KILL_NOW
 
 
-def test_nv_err_no_memory_in_the_kernel_log_kills_now() -> None:
+def test_nv_err_no_memory_with_memory_low_kills_now() -> None:
+    trace = samples(0, 5, mem_available_bytes=3 * GiB) + samples(
+        6, 6, mem_available_bytes=3 * GiB, kernel_events=("nv_err_no_memory",))
+    d = decide_on(trace)
+    assert d.action is Action.KILL_NOW and d.findings[0].kind == "nv_err_no_memory"
+
+
+def test_nv_err_no_memory_with_plenty_of_memory_is_only_recorded() -> None:
+    # Healthy starts print the line too (vllm #56824).
     trace = samples(0, 5, mem_available_bytes=20 * GiB) + samples(
         6, 6, mem_available_bytes=20 * GiB, kernel_events=("nv_err_no_memory",))
     d = decide_on(trace)
-    assert d.action is Action.KILL_NOW and d.findings[0].kind == "nv_err_no_memory"
+    assert d.action is Action.HOLD
+    assert [(f.kind, f.severity) for f in d.findings] == [("nv_err_no_memory", Severity.INFO)]
 
 
 def test_stopped_engine_is_not_started_while_memory_is_at_the_floor() -> None:
@@ -325,3 +334,45 @@ def test_a_hang_right_after_an_idle_spell_is_still_found() -> None:
     d = decide_on(idle + stuck)
     assert d.action is Action.RESTART and d.findings[0].evidence["flat_seconds"] >= 60
     assert decide_on(idle + stuck[:40]).action is Action.HOLD     # loaded 40 s < 60 s
+
+
+def test_two_floor_readings_milliseconds_apart_count_once() -> None:
+    trace = samples(0, 10, mem_available_bytes=8 * GiB) + samples(
+        11, 11, mem_available_bytes=GiB) + samples(11.02, 11.02, mem_available_bytes=GiB)
+    assert decide_on(trace).action is Action.HOLD
+    assert decide_on(trace + samples(12, 12, mem_available_bytes=GiB)).action is Action.KILL_NOW
+
+
+def test_health_503_twice_means_the_engine_is_dead() -> None:
+    once = samples(0, 5, health_status=200) + samples(6, 6, health_status=503)
+    assert decide_on(once).action is Action.HOLD
+    twice = once + samples(7, 7, health_status=503)
+    d = decide_on(twice)
+    assert d.action is Action.RESTART and d.findings[0].kind == "engine_core_died"
+
+
+def test_stale_metrics_are_not_a_stall() -> None:
+    # Counters rise until 100 s, then /metrics stops answering: unknown, not flat.
+    moving = samples(0, 100, iteration_tokens_count_total=lambda t: t * 10,
+                     prompt_tokens_total=lambda t: t * 50,
+                     generation_tokens_total=lambda t: t * 40, gateway_requests_in_flight=4)
+    silent = samples(101, 200, gateway_requests_in_flight=4, canary_ok=False,
+                     canary_finished_s=lambda t: 150.0 if t >= 150 else None)
+    assert decide_on(moving + silent).action is Action.HOLD
+
+
+def test_a_deferred_speed_step_does_not_hold_back_a_memory_warning() -> None:
+    trace = samples(0, 400, **decoding(150.0), mem_available_bytes=lambda t: int(
+        12 * GiB - max(0, t - 200) * 30 * 2**20))
+    d = decide_on(trace, baselines=BASELINES)
+    assert {f.kind for f in d.findings} == {"spec_slower_than_plain", "memory_forecast"}
+    assert d.action is Action.STEP_DOWN and d.explanation.startswith("MemAvailable falling")
+
+
+def test_shed_first_waits_before_stepping_down() -> None:
+    trace = samples(0, 100, gpu_temperature_c=lambda t: 91.0 if t >= 30 else 70.0)
+    just_shed = LadderState(0, since_s=0, shed=True, shed_since_s=95.0)
+    d = decide_on(trace, just_shed)
+    assert d.action is Action.HOLD and "load shed 5 s ago" in d.explanation
+    long_ago = LadderState(0, since_s=0, shed=True, shed_since_s=-30.0)
+    assert decide_on(trace, long_ago).action is Action.STEP_DOWN

@@ -29,6 +29,12 @@ _SUMMARY = {
 }
 
 
+def _was_503(sit: Situation) -> bool:
+    """Whether the sample before the newest one (same run) also saw /health 503."""
+    run = [x for x in sit.run_samples() if x.health_status is not None]
+    return len(run) >= 2 and run[-2].health_status == 503
+
+
 def check(sit: Situation) -> list[Finding]:
     """At most one critical Finding for the newest sample's engine run, if it is dead.
 
@@ -42,6 +48,9 @@ def check(sit: Situation) -> list[Finding]:
     if s.engine_state is EngineState.CRASHED:
         reason = CrashReason(s.engine_crash_reason or CrashReason.EXITED)
     elif s.engine_state is EngineState.READY and s.engine_core_alive is False:
+        reason = CrashReason.ENGINE_CORE_DIED
+    elif s.engine_state is EngineState.READY and s.health_status == 503 and _was_503(sit):
+        # vLLM answers 503 only once its engine is dead (PR #24897): two in a row.
         reason = CrashReason.ENGINE_CORE_DIED
     else:
         return []

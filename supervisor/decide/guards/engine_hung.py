@@ -66,8 +66,13 @@ def check(sit: Situation) -> list[Finding]:
         if not load_of(x):
             break
         loaded_since = x.t_s
+    # Time without readings is unknown, not flat: the verdict rests on the newest
+    # known sample, and only if it is fresh.
+    smp = sit.policy.sampling
+    if sit.now_s - last.t_s > smp.probe_timeout_seconds + smp.tick_seconds:
+        return []
     stalled_since = max(flat_since, loaded_since)
-    flat = sit.now_s - stalled_since
+    flat = last.t_s - stalled_since
     if flat < cfg.stall_seconds:
         return []
     if s.canary_ok is not False or s.canary_finished_s is None \
