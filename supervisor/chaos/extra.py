@@ -23,7 +23,8 @@ def start_failure_loop(base: Path) -> Result:
     res = Result("start-up failure loop (bad argument)",
                  notes="2 attempts with backoff, then the next rung")
     rig = Rig(base / "startfail", restart={"start_limit_burst": 2,
-                                            "restart_delay_seconds": 2})
+                                            "restart_delay_seconds": 2,
+                                            "restart_delay_max_seconds": 8})
     rig.data["modes"][0]["args"]["--no-such-flag"] = True
     rig.policy_path.write_text(yaml.safe_dump(rig.data, sort_keys=False))
     t0 = time.time()

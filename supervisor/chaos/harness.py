@@ -118,7 +118,12 @@ class Rig:
     # -- the supervisor --------------------------------------------------------------
 
     def start(self) -> None:
-        """Start ``supervisor run`` (its log in the state directory)."""
+        """Start ``supervisor run`` (its log in the state directory).
+
+        Raises ``PolicyError`` first if the rig's policy would be refused."""
+        from supervisor.policy import load_policy_file
+
+        load_policy_file(self.policy_path)
         with open(self.state / "supervisor.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisor", "run", "--policy", str(self.policy_path),
@@ -157,18 +162,30 @@ class Rig:
     def wait(self, what: str, predicate: Any, timeout: float = 300.0) -> Any:
         """Poll ``predicate`` every 0.05 s until it returns something truthy."""
         deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
         while time.monotonic() < deadline:
             try:
                 value = predicate()
-            except Exception:  # noqa: BLE001 - the store or the API may not be up yet
-                value = None
+            except Exception as exc:  # noqa: BLE001 - the store or the API may not be up yet
+                value, last_error = None, exc
             if value:
                 return value
             if self.proc is not None and self.proc.poll() is not None and what != "exit":
                 raise AssertionError(f"supervisor exited {self.proc.returncode} waiting for "
-                                     f"{what}; see {self.state / 'supervisor.log'}")
+                                     f"{what}; {self.state / 'supervisor.log'} ends:\n"
+                                     + self.log_tail())
             time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}; see {self.state}/supervisor.log")
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last "
+                             f"error of the check: {last_error!r}); "
+                             f"{self.state / 'supervisor.log'} ends:\n" + self.log_tail())
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the supervisor's log (CI keeps no temp files)."""
+        try:
+            text = (self.state / "supervisor.log").read_text(errors="replace")
+        except OSError as exc:
+            return f"(unreadable: {exc})"
+        return "\n".join(text.splitlines()[-lines:])
 
     def ready_run(self, after: float = 0.0) -> Any:
         """Wait for an engine run started after ``after`` (epoch s) to be ready."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.util import CommandError
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -31,6 +31,10 @@ __all__ = [
 
 #: Alembic scripts, at the top of the repository (the design card's ``migrations/``).
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+#: The PostgreSQL advisory lock key that serialises migrations (any fixed bigint;
+#: this one is the ASCII of "asupmigr").
+MIGRATION_LOCK_KEY = 0x617375706D696772
 
 #: How long SQLite waits on a lock held by another writer before failing, in ms.
 SQLITE_BUSY_TIMEOUT_MS = 5000
@@ -106,12 +110,21 @@ def _safe(url: str) -> str:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Run the Alembic migrations in ``migrations/`` up to ``revision`` on ``engine``.
 
+    On PostgreSQL the migration holds a transaction-scoped advisory lock, so two
+    processes that open the same database at once (the service and a CLI command, two
+    hosts of one fleet) migrate one after the other instead of both creating the same
+    tables (the second then finds the schema at ``head`` and does nothing). Alembic
+    takes no such lock itself. SQLite serialises writers with its own file lock.
+
     Raises: StoreError when the database refuses.
     """
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     try:
         with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                             {"key": MIGRATION_LOCK_KEY})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
     except SQLAlchemyError as exc:

@@ -3,6 +3,8 @@ they build equals the models, records round-trip with UTC times."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -183,3 +185,20 @@ def test_downgrade_keeps_working_with_transitions_pointing_at_incidents(url: str
     (tr,) = Store(store.engine, fleet="f", host="h").transitions()
     assert tr.to_mode == "b"
     store.close()
+
+
+def test_processes_opening_a_new_database_at_once_all_migrate_it(url: str) -> None:
+    # The service and a CLI command (or two hosts of a fleet) opening an empty database
+    # together: each must end at the newest schema, none may fail on a table the other
+    # just created.
+    code = ("import sys; from supervisor.record.store import Store; "
+            "Store.open(sys.argv[1], fleet='race').close()")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, "\n".join(errors)
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
+    engine.dispose()
+    assert len(versions) == 1
