@@ -288,6 +288,30 @@ class Policy(_Model):
                 return i
         return None
 
+    def max_num_seqs(self, rung: int) -> int | None:
+        """``--max-num-seqs`` of the mode at ``rung``: the mode's value, else one in
+        ``engine.args``, else None (vLLM's default, which depends on the hardware)."""
+        value = self.modes[rung].args.get("--max-num-seqs")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        args = self.engine.args
+        for i, arg in enumerate(args):
+            flag, _, inline = arg.partition("=")
+            if flag == "--max-num-seqs":
+                text = inline or (args[i + 1] if i + 1 < len(args) else "")
+                return int(text) if text.isdigit() else None
+        return None
+
+    def first_rung_with_fewer_sequences_below(self, rung: int) -> int | None:
+        """The first rung after ``rung`` whose ``--max-num-seqs`` is known and lower than
+        ``rung``'s (any known value when ``rung``'s is vLLM's default), or None."""
+        current = self.max_num_seqs(rung)
+        for i in range(rung + 1, len(self.modes)):
+            seqs = self.max_num_seqs(i)
+            if seqs is not None and (current is None or seqs < current):
+                return i
+        return None
+
     @property
     def initial_rung(self) -> int:
         """Index of the mode to start in (0 = fastest)."""

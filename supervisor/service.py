@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry
 
@@ -63,6 +64,7 @@ from supervisor.sense.collect import Sensors
 from supervisor.sense.gateway_load import GatewayLoadSource
 from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
+from supervisor.sense.probes import engine_version
 from supervisor.sense.sample import Sample
 from supervisor.show.alerts import Alerter
 from supervisor.show.api.app import create_admin_app, load_token
@@ -260,6 +262,14 @@ class Supervisor:
     def _give_up(self) -> None:
         self.exit_code = 1
         self.request_stop("the last rung exhausted its start limit")
+
+    async def _record_engine_version(self, run: EngineRun) -> None:
+        """Ask the ready engine its vLLM version and keep it with the run."""
+        async with httpx.AsyncClient() as client:
+            version = await engine_version(client, self.launcher.base_url, 5.0)
+        if version is not None:
+            self.writer.submit(UpdateRun(run_id=run.run_id,
+                                         values={"engine_version": version}))
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -592,6 +602,7 @@ class Supervisor:
                         self.launcher.base_url, run.mode, run.run_id, run.startup_seconds or 0)
             self.writer.submit(UpdateRun(run_id=run.run_id, values={
                 "ready_at": run.ready_at, "startup_seconds": run.startup_seconds}))
+            self._spawn(self._record_engine_version(run))
         elif state is EngineState.CRASHED:
             self._poke_at(0)
         elif state is EngineState.STOPPED:

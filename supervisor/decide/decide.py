@@ -12,9 +12,12 @@ Order of precedence (DESIGN.md, "Guards"):
    during probation steps back down and bars the rung;
 3. the engine is stopped: start it when the backoff allows; a reloaded policy that
    changed the running mode's arguments: drain and restart;
-4. warnings: instant levers first (shed the gateway's limits), then a graceful step
-   down, within the cooldown and the transitions-per-hour limit; a failed probation goes
-   back at once;
+4. warnings: instant levers first where one helps (shed the gateway's limits: heat,
+   throttling, a preemption storm, the load budget), then a graceful step down, within
+   the cooldown and the transitions-per-hour limit; a failed probation goes back at
+   once. Memory forecast and PSI pressure step down without shedding: fewer requests
+   do not hand back memory the engine has already allocated (vLLM sizes its KV cache
+   at start-up), only a restart in a smaller mode does;
 5. the operator's pin: move to the pinned rung;
 6. calm: restore shed limits, then step up one rung (calm period, allowed hours, not a
    barred rung), on probation;
@@ -175,7 +178,9 @@ def _blocked(sit: Situation) -> str | None:
 
 
 def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
-    warnings = [f for f in findings if f.severity is Severity.WARNING]
+    # A warning kept on record only (a crash precursor) asks for nothing.
+    warnings = [f for f in findings
+                if f.severity is Severity.WARNING and f.response is not Response.RECORD]
     if not warnings:
         return None
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
@@ -192,18 +197,21 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{w.summary} during the probation "
                         f"of {mode} -> back down to {_name(sit, ladder.rung + 1)}", found,
                         marks_failing=ladder.rung)
-    if w.response in (Response.SHED, Response.SHED_FIRST) and not ladder.shed:
+    shed_first = (Response.SHED_FIRST, Response.SHED_FIRST_FEWER_SEQUENCES)
+    if w.response in (Response.SHED, *shed_first) and not ladder.shed:
         return Decision(Action.SHED, ladder.rung, f"{w.summary} -> shed: gateway limits x"
                         f"{policy.hysteresis.shed_factor:g}", found, shed=True)
     if w.response is Response.SHED:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: load already shed", found)
-    if w.response is Response.SHED_FIRST and ladder.shed_since_s is not None:
+    if w.response in shed_first and ladder.shed_since_s is not None:
         waited = now - ladder.shed_since_s
         if waited < policy.hysteresis.shed_seconds:
             return Decision(Action.HOLD, ladder.rung, f"{w.summary}: load shed {waited:.0f} s "
                             f"ago; stepping down if it persists {policy.hysteresis.shed_seconds:g}"
                             " s", found)
     target = ladder.rung + 1
+    if w.response is Response.SHED_FIRST_FEWER_SEQUENCES:
+        target = policy.first_rung_with_fewer_sequences_below(ladder.rung) or target
     if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
         target = policy.first_plain_rung_below(ladder.rung) or target
         cfg = policy.guards.speculative

@@ -45,6 +45,9 @@ class Response(StrEnum):
     """Drain and restart one rung down."""
     SHED_FIRST = "shed_first"
     """Lower the gateway's limits first; step down if it persists once shed."""
+    SHED_FIRST_FEWER_SEQUENCES = "shed_first_fewer_sequences"
+    """Lower the gateway's limits first; if it persists once shed, step down to the
+    first rung that runs fewer sequences (``--max-num-seqs``), else one rung."""
     SHED = "shed"
     """Lower the gateway's limits (no restart)."""
     SKIP_SPECULATION_WHEN_CALM = "skip_speculation_when_calm"

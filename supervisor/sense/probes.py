@@ -33,6 +33,19 @@ async def probe_health(
     return resp.status_code, time.monotonic() - t0
 
 
+async def engine_version(client: httpx.AsyncClient, base_url: str,
+                         timeout_seconds: float) -> str | None:
+    """``GET {base_url}/version``: vLLM's version string (``{"version": "0.32.0"}``,
+    vllm/entrypoints/serve/instrumentator/basic.py ``show_version``), or None when the
+    server does not answer it (an older or a different server)."""
+    try:
+        resp = await client.get(base_url + "/version", timeout=timeout_seconds)
+        value = resp.json().get("version") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return value[:64] if isinstance(value, str) else None
+
+
 async def scrape_metrics(client: httpx.AsyncClient, base_url: str, timeout_seconds: float) -> str:
     """``GET {base_url}/metrics`` and return the exposition text.
 

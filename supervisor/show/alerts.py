@@ -65,13 +65,17 @@ class Alerter:
             self._task = asyncio.get_running_loop().create_task(self._send_loop())
 
     def notify(self, incident: Incident, transition: Transition | None) -> bool:
-        """Queue an alert if this incident calls for one. Returns whether it was queued."""
+        """Queue an alert if this incident calls for one. Returns whether it was queued.
+
+        Incidents of one kind are rate-limited (``min_interval_seconds``); a step down
+        never is: the ladder's own limits (cooldown, transitions per hour) bound those,
+        and the one that follows a run of crashes is the alert that matters most."""
         step_down = transition is not None and transition.to_rung > (transition.from_rung or 0)
         if not self.spec.webhook_url or not (incident.severity in ALERT_SEVERITIES or step_down):
             return False
         now = time.monotonic()
         last = self._last.get(incident.kind)
-        if last is not None and now - last < self.spec.min_interval_seconds:
+        if not step_down and last is not None and now - last < self.spec.min_interval_seconds:
             self._count("suppressed")
             return False
         self._last[incident.kind] = now

@@ -64,9 +64,9 @@ def runs_table(rows: Sequence[EngineRunRow]) -> str:
         ready = None if r.startup_seconds is None else f"{r.startup_seconds:.1f}"
         code = r.exit_code if r.exit_signal is None else f"sig {r.exit_signal}"
         out.append([r.run_id, r.mode, _ts(r.started_at), ready, _ts(r.ended_at), r.outcome,
-                    code])
-    return table(["run", "mode", "started (UTC)", "ready s", "ended (UTC)", "outcome", "exit"],
-                  out)
+                    code, r.engine_version])
+    return table(["run", "mode", "started (UTC)", "ready s", "ended (UTC)", "outcome", "exit",
+                  "vllm"], out)
 
 
 def runs_json(rows: Sequence[EngineRunRow]) -> str:

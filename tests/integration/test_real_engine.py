@@ -71,6 +71,8 @@ def test_serve_survive_kills_step_down_and_stop(tmp_path: Path, service_factory)
     assert all_runs[0].outcome == "stopped" and all_runs[0].planned_stop
     for run in all_runs:
         assert group_members(run.pid) == [], f"run {run.run_id} left processes"
+    # Each run that became ready knows the engine's version (GET /version).
+    assert {r.engine_version for r in all_runs if r.ready_at} == {"0.32.0"}
     assert "engine run" in svc.log() and "supervisor stopping: SIGTERM received" in svc.log()
     store.close()
 

@@ -79,8 +79,12 @@ async def test_critical_incidents_and_step_downs_are_sent_rate_limited() -> None
         assert not alerter.notify(incident(), None)                  # same kind: suppressed
         assert not alerter.notify(incident("memory_creep", "info"), None)   # info: no alert
         assert alerter.notify(incident("spec_slower_than_plain", "warning"), STEP)  # step down
-        await until(lambda: len(rx.bodies) == 2)
-        first, step = rx.bodies
+        # A crash of the same kind that steps down is sent despite the rate limit.
+        assert alerter.notify(incident(), STEP)
+        await until(lambda: len(rx.bodies) == 3)
+        first, step, crash_step = rx.bodies
+        assert (crash_step["kind"], crash_step["transition"]["to_mode"]) == (
+            "engine_core_died", "mtp1")
         assert (first["fleet"], first["kind"], first["severity"], first["src"]) == (
             "fleet-a", "engine_core_died", "critical", "supervisor")
         assert step["transition"] == {"from_mode": "mtp2", "to_mode": "mtp1",

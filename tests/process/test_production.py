@@ -207,6 +207,8 @@ def test_systemd_unit_file(tmp_path: Path) -> None:
     # Stop covers the gateway's drain + vLLM's --shutdown-timeout + grace + SIGKILL wait.
     assert int(unit["TimeoutStopSec"]) >= 60 + 1 + 1 + 10
     assert "ProtectKernelLogs" not in unit and "PrivateDevices" not in unit
+    # The engine inherits the sandbox and writes its compile/JIT caches under ~/.cache.
+    assert "ProtectHome" not in unit and unit["ProtectSystem"] == "full"
 
 
 def test_json_log_lines(tmp_path: Path) -> None:

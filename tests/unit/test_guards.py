@@ -160,13 +160,26 @@ def test_short_psi_spike_is_not_acted_on() -> None:
 
 # -- preemption storm ----------------------------------------------------------------
 
-def test_preemption_storm_with_falling_throughput_steps_down() -> None:
-    trace = samples(0, 240, requests_running=4.0, requests_waiting=3.0,
-                    preemptions_total=lambda t: max(0.0, t - 120) * 2,
-                    generation_tokens_total=lambda t: t * 100 if t <= 120
-                    else 12000 + (t - 120) * 30)
-    d = decide_on(trace)
-    assert d.action is Action.STEP_DOWN and d.findings[0].kind == "preemption_storm"
+def storm_trace(rung: int = 0):
+    return samples(0, 240, rung=rung, requests_running=4.0, requests_waiting=3.0,
+                   preemptions_total=lambda t: max(0.0, t - 120) * 2,
+                   generation_tokens_total=lambda t: t * 100 if t <= 120
+                   else 12000 + (t - 120) * 30)
+
+
+def test_preemption_storm_sheds_then_steps_down_to_fewer_sequences() -> None:
+    first = decide_on(storm_trace())
+    assert (first.action, first.shed) == (Action.SHED, True)
+    assert first.findings[0].kind == "preemption_storm"
+    assert first.findings[0].severity is Severity.WARNING
+    # Still storming long after the shed: mtp2 and mtp1 run vLLM's default number of
+    # sequences, so the step goes past mtp1 to nospec (--max-num-seqs 4).
+    shed_long_ago = LadderState(0, since_s=0, shed=True, shed_since_s=-200.0)
+    second = decide_on(storm_trace(), shed_long_ago)
+    assert (second.action, second.rung) == (Action.STEP_DOWN, 2)
+    from_nospec = decide_on(storm_trace(rung=2),
+                            LadderState(2, since_s=0, shed=True, shed_since_s=-200.0))
+    assert (from_nospec.action, from_nospec.rung) == (Action.STEP_DOWN, 3)
 
 
 def test_kv_at_96_percent_without_preemptions_is_normal() -> None:
@@ -237,12 +250,12 @@ def spec_counters(p0_rate, t_jump=None):
                 10 * t * 0.6,) * 7}
 
 
-def test_acceptance_jump_to_100_percent_is_recorded() -> None:
+def test_acceptance_jump_to_100_percent_is_a_warning_on_record() -> None:
     trace = samples(0, 600, **spec_counters(0.76, t_jump=560))
     d = decide_on(trace)
-    assert d.action is Action.HOLD
+    assert d.action is Action.HOLD          # a precursor: recorded, not acted on
     (f,) = d.findings
-    assert (f.kind, f.severity) == ("spec_acceptance_jump", Severity.INFO)
+    assert (f.kind, f.severity) == ("spec_acceptance_jump", Severity.WARNING)
     assert f.evidence["position0_median"] == pytest.approx(0.76)
 
 

@@ -144,3 +144,19 @@ def test_absolute_and_postgres_urls_are_kept(tmp_path: Path) -> None:
     rel = load_policy(MINIMAL + "storage: {database_url: 'sqlite:///data/s.db'}\n",
                       base_dir=tmp_path)
     assert rel.database_url == f"sqlite:///{tmp_path}/data/s.db"
+
+
+def test_rungs_with_fewer_sequences_are_found_from_mode_or_engine_args(tmp_path) -> None:
+    from supervisor.policy import load_policy
+
+    policy = load_policy("""
+fleet: t
+engine: {executable: vllm, args: [--max-num-seqs, "8"]}
+modes:
+  - {name: fast}
+  - {name: same, args: {--max-num-seqs: 8}}
+  - {name: four, args: {--max-num-seqs: 4}}
+""")
+    assert [policy.max_num_seqs(i) for i in range(3)] == [8, 8, 4]
+    assert policy.first_rung_with_fewer_sequences_below(0) == 2
+    assert policy.first_rung_with_fewer_sequences_below(2) is None

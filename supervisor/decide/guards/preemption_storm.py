@@ -6,7 +6,9 @@ cache by design, so it is not a finding. All three must hold: the preemption rat
 ``sustain_seconds`` at or above the threshold, requests waiting now, and generation
 tokens/s over that period at least ``throughput_drop_ratio`` below the best of the
 ``LOOKBACK`` periods of the same length before it (a storm can outlast one period).
-Step down (to fewer sequences). Pure.
+Shed first (fewer requests admitted by the gateway is fewer sequences at once, no
+restart); if the storm outlasts ``hysteresis.shed_seconds`` once shed, step down to the
+first rung with a lower ``--max-num-seqs``. Pure.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ LOOKBACK = 4
 
 
 def check(sit: Situation) -> list[Finding]:
-    """A warning (step down) during a preemption storm, else none."""
+    """A warning (shed, then fewer sequences) during a preemption storm, else none."""
     cfg = sit.policy.guards.preemption_storm
     s = sit.latest
     if s is None or s.engine_state is not EngineState.READY or not s.requests_waiting:
@@ -51,5 +53,5 @@ def check(sit: Situation) -> list[Finding]:
     return [Finding(GUARD, "preemption_storm", Severity.WARNING,
                     f"preemption storm: {rate:.2f}/s with {s.requests_waiting:g} waiting, "
                     f"generation down {1 - during / before:.0%}", evidence, s.engine_run_id,
-                    Response.STEP_DOWN)]
+                    Response.SHED_FIRST_FEWER_SEQUENCES)]
 

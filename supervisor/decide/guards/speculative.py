@@ -6,8 +6,9 @@
   (DESIGN.md); the response is the first rung without speculation, not lower memory.
 - Acceptance jump: position-0 acceptance over the last ``acceptance_recent_seconds`` at
   ~100% against a clearly lower median of the run's history: a known precursor,
-  recorded (info). Acceptance is compared per position and only within one run (one k),
-  never across different k: a k=8 run's overall 0.44 is not "low" next to a k=2 run.
+  recorded as a warning (no action of its own). Acceptance is compared per position
+  and only within one run (one k), never across different k: a k=8 run's overall 0.44
+  is not "low" next to a k=2 run.
 - No gain: per-request decode speed (1 / mean time per output token of the requests that
   finished in the period, ``vllm:request_time_per_output_token_seconds``) below
   ``slower_ratio`` x the calibrated baseline of the first rung without speculation at the
@@ -83,7 +84,7 @@ def _acceptance_jump(sit: Situation) -> list[Finding]:
     if median >= cfg.acceptance_jump_ratio - 0.1:
         return []
     s = sit.latest
-    return [Finding(GUARD, "spec_acceptance_jump", Severity.INFO,
+    return [Finding(GUARD, "spec_acceptance_jump", Severity.WARNING,
                     f"position-0 acceptance jumped to {recent:.0%} against a median of "
                     f"{median:.0%}: a known precursor of speculative-decoding crashes",
                     {"position0_acceptance": round(recent, 4),
