@@ -5,7 +5,8 @@
 Runs ``supervisor run`` on a copy of policies/cpu-demo.yaml (own ports and state) with an
 agent fleet streaming through its gateway the whole time, samples the supervisor
 process's RSS every 30 s, and prints the series and the growth after the warm-up
-(target: under 5%), plus the requests served and failed.
+(target: under 5%), plus the requests served and failed. Exits 1 when the growth
+misses the target, 2 when the run was too short to judge.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> int:
     finally:
         rig.close()
     warm = [rss for t, rss in series if t >= args.warmup_minutes * 60]
+    growth = None
     if len(warm) >= 2:
         growth = (warm[-1] - warm[0]) / warm[0]
         print(f"\nRSS after warm-up: {warm[0] / 2**20:.1f} -> {warm[-1] / 2**20:.1f} MiB "
@@ -58,7 +60,10 @@ def main() -> int:
               f"{(series[-1][0] - args.warmup_minutes * 60) / 60:.0f} min (target < 5%)")
     total, ok = len(rig.records), sum(r.ok for r in rig.records)
     print(f"requests: {total} through the gateway, {total - ok} failed")
-    return 0
+    if growth is None:
+        print("too short to judge: no two samples after the warm-up")
+        return 2
+    return 0 if growth < 0.05 else 1
 
 
 if __name__ == "__main__":

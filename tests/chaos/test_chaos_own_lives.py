@@ -1,0 +1,20 @@
+"""Chaos scenarios that need a supervisor life of their own (another policy, another
+store). In their own module so that ``test_chaos.py``'s engine and its fleet are gone
+first: on 2 cores a loaded engine slows another engine's start-up several-fold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from supervisor.chaos import extra
+from tests.chaos.test_chaos import record
+
+
+def test_start_failure_loop_is_bounded(tmp_path: Path) -> None:
+    res = record(extra.start_failure_loop(tmp_path))
+    assert res.ok, res
+
+
+def test_database_outage_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
+    res = record(extra.database_away(tmp_path))
+    assert res.extra["copies"] == 1 and res.extra["spooled_during_outage"]
