@@ -42,8 +42,9 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
     Returns: liveness of the API server (a zombie counts as dead) and of a
     ``VLLM::EngineCore*`` descendant, the number of live processes, summed RSS, and per
     role (API server, EngineCore, ``VLLM::Worker*``) the RSS; with ``pss=True`` also the
-    summed PSS (costs one smaps_rollup read per process). Processes that vanish during
-    the walk are skipped.
+    summed PSS (costs one smaps_rollup read per process; None when one process's smaps
+    cannot be read, e.g. an engine running as another user, which still counts in the
+    RSS and liveness). Processes that vanish during the walk are skipped.
     """
     try:
         root = psutil.Process(pid)
@@ -63,13 +64,17 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
                 continue
             title = _title(proc)
             mem = proc.memory_info().rss
-            if pss_total is not None:
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if pss_total is not None:
+            # smaps can be unreadable (another user's engine) while the process is
+            # still counted: PSS of the tree is then unknown, not smaller.
+            try:
                 pss_total += proc.memory_full_info().pss
-        except psutil.NoSuchProcess:
-            continue
-        except psutil.AccessDenied:
-            pss_total = None
-            continue
+            except psutil.AccessDenied:
+                pss_total = None
+            except psutil.NoSuchProcess:
+                continue
         pids.append(proc.pid)
         rss += mem
         if proc is root:
