@@ -68,7 +68,9 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
     # APScheduler logs every job run at INFO; its warnings (missed runs) stay visible.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # httpx, and httpx2 under the OpenAI SDK the load generator uses, log every request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
