@@ -114,7 +114,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     processes that open the same database at once (the service and a CLI command, two
     hosts of one fleet) migrate one after the other instead of both creating the same
     tables (the second then finds the schema at ``head`` and does nothing). Alembic
-    takes no such lock itself. SQLite serialises writers with its own file lock.
+    takes no such lock itself. On SQLite the same comes from ``BEGIN IMMEDIATE`` (the
+    database's write lock, waited for up to the busy timeout).
 
     Raises: StoreError when the database refuses.
     """
@@ -125,6 +126,10 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
                              {"key": MIGRATION_LOCK_KEY})
+            elif conn.dialect.name == "sqlite":
+                # pysqlite opens no transaction before DDL: take the write lock now
+                # (waits up to the busy timeout), so the DDL runs inside it.
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
     except SQLAlchemyError as exc:
