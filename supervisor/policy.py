@@ -289,18 +289,16 @@ class Policy(_Model):
         return None
 
     def max_num_seqs(self, rung: int) -> int | None:
-        """``--max-num-seqs`` of the mode at ``rung``: the mode's value, else one in
-        ``engine.args``, else None (vLLM's default, which depends on the hardware)."""
-        value = self.modes[rung].args.get("--max-num-seqs")
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        args = self.engine.args
-        for i, arg in enumerate(args):
-            flag, _, inline = arg.partition("=")
+        """``--max-num-seqs`` in the argument vector the engine gets at ``rung``
+        (``build_argv``; the last one wins, as with argparse), or None: vLLM's default,
+        which depends on the hardware."""
+        argv = build_argv(self, self.modes[rung])
+        value = None
+        for i, arg in enumerate(argv):
+            flag, eq, inline = arg.partition("=")
             if flag == "--max-num-seqs":
-                text = inline or (args[i + 1] if i + 1 < len(args) else "")
-                return int(text) if text.isdigit() else None
-        return None
+                value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        return int(value) if value is not None and value.isdigit() else None
 
     def first_rung_with_fewer_sequences_below(self, rung: int) -> int | None:
         """The first rung after ``rung`` whose ``--max-num-seqs`` is known and lower than
