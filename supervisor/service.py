@@ -25,10 +25,8 @@ from supervisor.act.effects import Executor, GatewayControl
 from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.act.logfiles import rotate_engine_logs
 from supervisor.act.systemd import Notifier
-from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action, Decision
-from supervisor.decide.derived import EngineRates, engine_rates
 from supervisor.decide.ladder import (
     LadderState,
     advance,
@@ -38,7 +36,6 @@ from supervisor.decide.ladder import (
     resume,
     unpin,
 )
-from supervisor.decide.window import Window
 from supervisor.errors import EngineStopTimeout, PolicyError, StoreError
 from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy, build_argv, load_policy_file
@@ -65,12 +62,15 @@ from supervisor.sense.gateway_load import GatewayLoadSource
 from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.sense.probes import engine_version
-from supervisor.sense.sample import Sample
 from supervisor.show.alerts import Alerter
 from supervisor.show.api.app import create_admin_app, load_token
 from supervisor.show.metrics import StateCollector, StateView, SupervisorMetrics
 from supervisor.show.serve import AppServer
 from supervisor.states import EngineState
+from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.rates import EngineRates, engine_rates
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 __all__ = ["Supervisor"]
 

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from supervisor.decide.ladder import LadderState
-from supervisor.decide.window import Window
 from supervisor.policy import Mode, Policy
-from supervisor.sense.sample import Sample
+from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
-__all__ = ["Baselines", "Situation"]
-
-#: Calibrated throughput per mode: mode name -> [(concurrency, tokens/s per request)].
-Baselines = Mapping[str, Sequence[tuple[float, float]]]
-
+__all__ = ["Situation"]
 
 @dataclass(frozen=True)
 class Situation:

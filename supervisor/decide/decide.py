@@ -30,14 +30,15 @@ import dataclasses
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from supervisor.decide.context import Baselines, Situation
+from supervisor.decide.context import Situation
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Response, Severity
 from supervisor.decide.guards import ALL
 from supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
-from supervisor.decide.window import Window
 from supervisor.policy import Policy
 from supervisor.states import EngineState
+from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.window import Window
 
 __all__ = ["decide", "findings_of"]
 

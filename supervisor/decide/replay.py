@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor.decide.context import Baselines
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
 from supervisor.decide.ladder import (
@@ -24,9 +23,10 @@ from supervisor.decide.ladder import (
     resume,
     unpin,
 )
-from supervisor.decide.window import Window
 from supervisor.policy import Policy
-from supervisor.sense.sample import Sample
+from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 __all__ = ["ReplayStep", "replay"]
 

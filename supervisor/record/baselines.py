@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from supervisor.decide.context import Baselines
 from supervisor.policy import Mode, Policy, build_argv
 from supervisor.record.store import Store
+from supervisor.telemetry.baselines import Baselines
 
 __all__ = ["args_digest", "load_baselines"]
 

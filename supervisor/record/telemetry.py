@@ -17,11 +17,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from supervisor.decide.derived import engine_rates
-from supervisor.decide.window import Window
 from supervisor.record.models import TelemetryRow
 from supervisor.record.records import AddTelemetry, TelemetryPoint
 from supervisor.record.store import Store
+from supervisor.telemetry.rates import engine_rates
+from supervisor.telemetry.window import Window
 
 __all__ = [
     "GAUGES",

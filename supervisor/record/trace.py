@@ -5,7 +5,7 @@ One JSON object per line, with a ``type``:
 - ``header``: ``version``, ``fleet``, ``t0_s`` (monotonic start of the ladder), ``rung``
   and ``last_trouble_s`` (the ladder after adoption or a host reset), ``started_at`` (UTC
   ISO), ``baselines`` (mode -> [[concurrency, tokens/s per request]]);
-- ``sample``: every field of a Sample (see ``supervisor.sense.sample``);
+- ``sample``: every field of a Sample (see ``supervisor.telemetry.sample``);
 - ``decision``: the decision taken right after the sample before it (``Decision.to_dict``
   plus ``t_s``);
 - ``skip``: no decision after the sample before it (an action was still being carried out);
@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from supervisor.decide.context import Baselines
 from supervisor.decide.decision import Decision
-from supervisor.sense.sample import Sample
+from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.sample import Sample
 
 __all__ = ["TRACE_VERSION", "TraceWriter", "read_trace"]
 

@@ -18,8 +18,6 @@ from typing import Any
 
 import httpx
 
-from supervisor.decide.guards.engine_hung import load_of
-from supervisor.decide.window import Window
 from supervisor.errors import MetricsParseError, ScrapeError
 from supervisor.policy import Policy
 from supervisor.sense.engine_log import classify_engine_line
@@ -30,8 +28,10 @@ from supervisor.sense.host import HostReader
 from supervisor.sense.kernel_log import KernelEvent, KernelLogFollower
 from supervisor.sense.probes import canary, probe_health, scrape_metrics, served_model
 from supervisor.sense.process_tree import read_process_tree
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState, EngineStatus
+from supervisor.telemetry.load import load_of
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 __all__ = ["Sensors", "kernel_event_tag"]
 

@@ -18,7 +18,6 @@ import httpx
 import psutil
 
 from supervisor.act.processes import group_members
-from supervisor.decide.window import Window
 from supervisor.policy import Policy
 from supervisor.record.store import Store
 from supervisor.sense.collect import Sensors
@@ -26,6 +25,7 @@ from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.sense.probes import probe_health
 from supervisor.states import EngineState, EngineStatus
+from supervisor.telemetry.window import Window
 
 __all__ = ["find_engine", "observe"]
 

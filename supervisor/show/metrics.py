@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, StateSetMetricFamily
 from prometheus_client.registry import Collector
 
-from supervisor.decide.derived import EngineRates
 from supervisor.policy import Policy
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.rates import EngineRates
+from supervisor.telemetry.sample import Sample
 
 __all__ = ["SAMPLE_GAUGES", "StateCollector", "SupervisorMetrics"]
 

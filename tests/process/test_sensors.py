@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from supervisor.act.launcher import EngineLauncher
-from supervisor.decide.window import Window
 from supervisor.sense.collect import Sensors
 from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.states import EngineState
+from supervisor.telemetry.window import Window
 from tests.conftest import fake_engine_policy
 from tests.process.test_launcher import wait_for
 

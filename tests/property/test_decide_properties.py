@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action
 from supervisor.decide.ladder import LadderState, advance
-from supervisor.decide.window import Window
 from supervisor.policy import load_policy
-from supervisor.sense.sample import Sample
 from supervisor.states import CrashReason, EngineState
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 POLICY = load_policy("""
 fleet: t

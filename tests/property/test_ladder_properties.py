@@ -11,9 +11,9 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action
 from supervisor.decide.findings import Severity
 from supervisor.decide.ladder import HOUR, LadderState, advance
-from supervisor.decide.window import Window
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 from tests.unit.scenario import POLICY, GiB
 
 GRACEFUL = (Action.STEP_DOWN, Action.STEP_UP)

@@ -9,10 +9,10 @@ from typing import Any
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
 from supervisor.decide.ladder import LadderState, advance
-from supervisor.decide.window import Window
 from supervisor.policy import load_policy
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 GiB = 1024**3
 

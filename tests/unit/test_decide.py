@@ -9,10 +9,10 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action
 from supervisor.decide.findings import Severity
 from supervisor.decide.ladder import LadderState, advance, restart_delay
-from supervisor.decide.window import Window
 from supervisor.policy import Restart, load_policy
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 POLICY = load_policy("""
 fleet: t

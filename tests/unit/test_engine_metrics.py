@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from supervisor.errors import MetricsParseError
 from supervisor.sense.engine_metrics import parse_metrics
 from supervisor.sense.names import METRICS
-from supervisor.sense.sample import Sample
+from supervisor.telemetry.sample import Sample
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0" / "mimo-mtp2.metrics.txt"
 

@@ -15,9 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.decide.derived import EngineRates
 from supervisor.gateway.metrics import GatewayMetrics
-from supervisor.sense.sample import Sample
 from supervisor.show.metrics import (
     RATE_GAUGES,
     SAMPLE_GAUGES,
@@ -26,6 +24,8 @@ from supervisor.show.metrics import (
     SupervisorMetrics,
 )
 from supervisor.states import EngineState
+from supervisor.telemetry.rates import EngineRates
+from supervisor.telemetry.sample import Sample
 from tests.conftest import FIXTURES, ROOT, fake_engine_policy
 
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))

@@ -9,8 +9,8 @@ from supervisor.decide.decision import Action
 from supervisor.decide.replay import replay
 from supervisor.policy import load_policy_file
 from supervisor.record.trace import TraceWriter, read_trace
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.sample import Sample
 from tests.unit.scenario import POLICY
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.decide.derived import engine_rates
-from supervisor.decide.window import Window
 from supervisor.record.models import TelemetryRow
 from supervisor.record.records import TelemetryPoint
 from supervisor.record.store import Store
 from supervisor.record.telemetry import add_telemetry, downsample, telemetry, telemetry_point
 from supervisor.record.trace import read_trace
-from supervisor.sense.sample import Sample
+from supervisor.telemetry.rates import engine_rates
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 from tests.conftest import FIXTURES
 
 TRACE = FIXTURES / "traces" / "cpu-demo-spec-slower.trace.jsonl"

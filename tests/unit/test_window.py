@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.decide.derived import engine_rates
-from supervisor.decide.window import Window
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.rates import engine_rates
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
 
 
 def s(t: float, run: str = "a", **kw) -> Sample:

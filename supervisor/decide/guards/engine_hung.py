@@ -12,28 +12,13 @@ from __future__ import annotations
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
-from supervisor.sense.sample import Sample
 from supervisor.states import EngineState
+from supervisor.telemetry.load import load_of
 
-__all__ = ["GUARD", "check", "load_of"]
+__all__ = ["GUARD", "check"]
 
 GUARD = "engine_hung"
 PROGRESS = ("iteration_tokens_count_total", "prompt_tokens_total", "generation_tokens_total")
-
-
-def load_of(x: Sample) -> float | None:
-    """Requests the engine holds: its own running + waiting gauges, or what the gateway
-    has in flight to it, whichever is more (None when neither is known).
-
-    vLLM's gauges are set from the engine core's step reports: on the CPU engine they read
-    0 at most ticks under steady load, and they freeze when the core stops (SIGSTOP), so
-    the gateway's exact count is the better signal when there is one.
-    """
-    engine = None
-    if x.requests_running is not None and x.requests_waiting is not None:
-        engine = x.requests_running + x.requests_waiting
-    known = [v for v in (engine, x.gateway_requests_in_flight) if v is not None]
-    return max(known) if known else None
 
 
 def check(sit: Situation) -> list[Finding]:

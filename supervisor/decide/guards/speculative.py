@@ -24,8 +24,8 @@ import statistics
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
-from supervisor.decide.window import Window
 from supervisor.states import EngineState
+from supervisor.telemetry.window import Window
 
 __all__ = ["GUARD", "check", "crash_signatures"]
 

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Query
 from supervisor.decide.guards.memory_forecast import slope
 from supervisor.policy import Policy
 from supervisor.record.telemetry import telemetry
-from supervisor.sense.sample import Sample
 from supervisor.show.api.deps import ReadAccess, SupervisorDep
+from supervisor.telemetry.sample import Sample
 
 router = APIRouter(prefix="/api", tags=["telemetry"], dependencies=[ReadAccess])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from supervisor.decide.window import Window
+from supervisor.telemetry.window import Window
 
 __all__ = ["EngineRates", "engine_rates"]
 

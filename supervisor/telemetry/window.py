@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from supervisor.sense.sample import Sample
+from supervisor.telemetry.sample import Sample
 
 __all__ = ["Window"]
 
