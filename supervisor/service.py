@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from supervisor import __version__
 from supervisor.act.effects import Executor, GatewayControl
+from supervisor.act.incident import Incident
 from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.act.logfiles import rotate_engine_logs
 from supervisor.act.systemd import Notifier
@@ -43,7 +44,6 @@ from supervisor.record.baselines import load_baselines
 from supervisor.record.records import (
     AddIncident,
     AddTelemetry,
-    Incident,
     ServiceHeartbeat,
     StartService,
     StopService,

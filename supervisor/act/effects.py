@@ -9,12 +9,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
+from supervisor.act.incident import Incident, Transition
 from supervisor.act.launcher import EngineLauncher, EngineRun
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Severity
 from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
-from supervisor.record.records import AddIncident, AddRun, Incident, Transition
+from supervisor.record.records import AddIncident, AddRun
 from supervisor.record.writer import RecordWriter
 from supervisor.show.alerts import Alerter
 from supervisor.show.metrics import SupervisorMetrics

@@ -34,7 +34,7 @@ from supervisor.act.processes import (
 )
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
-from supervisor.record.privacy import mask_argv
+from supervisor.privacy import mask_argv
 from supervisor.sense.names import PROCESS_TITLES
 from supervisor.sense.probes import probe_health
 from supervisor.sense.process_tree import read_process_tree

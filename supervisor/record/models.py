@@ -75,7 +75,7 @@ class EngineRunRow(Base):
     mode: Mapped[str] = mapped_column(String(64))
     rung: Mapped[int]
     argv: Mapped[list[Any]]
-    """The argument vector, secrets masked (``supervisor.record.privacy.mask_argv``)."""
+    """The argument vector, secrets masked (``supervisor.privacy.mask_argv``)."""
     pid: Mapped[int | None]
     port: Mapped[int]
     log_path: Mapped[str] = mapped_column(Text)

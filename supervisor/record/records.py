@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from supervisor.act.incident import Incident, Transition
+
 __all__ = [
     "AddIncident",
     "AddRun",
     "AddTelemetry",
     "AddTransition",
-    "Incident",
     "Record",
     "ServiceHeartbeat",
     "StartService",
     "StopService",
     "TelemetryPoint",
-    "Transition",
     "UpdateRun",
     "new_key",
     "record_from_json",
@@ -41,46 +41,6 @@ __all__ = [
 def new_key() -> str:
     """A fresh idempotency key (uuid4, 36 characters)."""
     return str(uuid.uuid4())
-
-
-@dataclass(frozen=True)
-class Incident:
-    """One incident as the executor reports it (the value type that reaches the store).
-
-    ``findings``: the guards' findings as dicts (``Finding.to_dict``), worst first.
-    ``log_tail``: the last lines of the engine's log at the time, if any (masked with
-    ``privacy.mask_text`` before it is stored).
-    ``kernel_lines``: the recent kernel log lines the sensors classified (Xid, OOM ...).
-    ``ended_at``: when it was over, where known (UTC); None for a moment-like incident.
-    """
-
-    kind: str
-    severity: str
-    started_at: datetime
-    action: str
-    explanation: str
-    mode: str | None = None
-    rung: int | None = None
-    run_id: str | None = None
-    outcome: str | None = None
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    log_tail: str | None = None
-    kernel_lines: list[str] = field(default_factory=list)
-    ended_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Transition:
-    """The engine moved from one rung to another. ``actor``: ``guard:<name>``,
-    ``schedule``, ``operator`` or ``startup``."""
-
-    at: datetime
-    from_mode: str | None
-    to_mode: str
-    from_rung: int | None
-    to_rung: int
-    reason: str
-    actor: str
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from supervisor.act.incident import Incident, Transition
 from supervisor.errors import StoreError
 from supervisor.record import writes
 from supervisor.record.database import (
@@ -39,7 +40,7 @@ from supervisor.record.models import (
     ModeBaselineRow,
     ModeTransitionRow,
 )
-from supervisor.record.records import AddRun, Incident, Record, Transition
+from supervisor.record.records import AddRun, Record
 
 __all__ = [
     "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "Incident", "Store", "downgrade",

@@ -28,7 +28,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from supervisor.record.records import AddIncident, Incident, Transition
+from supervisor.act.incident import Incident, Transition
+from supervisor.record.records import AddIncident
 from supervisor.record.service_runs import last_engine_run, previous_service_run
 from supervisor.record.store import Store
 

@@ -15,7 +15,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from supervisor.act.incident import Incident, Transition
 from supervisor.errors import StoreError
+from supervisor.privacy import mask_argv, mask_text
 from supervisor.record.models import (
     EngineRunRow,
     IncidentRow,
@@ -23,19 +25,16 @@ from supervisor.record.models import (
     ServiceRunRow,
     TelemetryRow,
 )
-from supervisor.record.privacy import mask_argv, mask_text
 from supervisor.record.records import (
     AddIncident,
     AddRun,
     AddTelemetry,
     AddTransition,
-    Incident,
     Record,
     ServiceHeartbeat,
     StartService,
     StopService,
     TelemetryPoint,
-    Transition,
     UpdateRun,
 )
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
+from supervisor.act.incident import Incident, Transition
 from supervisor.policy_guards import AlertSpec
-from supervisor.record.records import Incident, Transition
 
 __all__ = ["Alerter", "alert_payload"]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from supervisor.act.incident import Incident, Transition
 from supervisor.record.models import (
     IncidentRow,
     ModeTransitionRow,
@@ -18,12 +19,10 @@ from supervisor.record.records import (
     AddIncident,
     AddRun,
     AddTelemetry,
-    Incident,
     Record,
     ServiceHeartbeat,
     StartService,
     TelemetryPoint,
-    Transition,
     UpdateRun,
 )
 from supervisor.record.store import Store

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from supervisor.act.incident import Incident, Transition
 from supervisor.policy_guards import AlertSpec
-from supervisor.record.records import Incident, Transition
 from supervisor.show.alerts import Alerter
 from tests.conftest import free_port
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from supervisor.act.incident import Incident
 from supervisor.record.models import AppliedRecordRow, IncidentRow, TelemetryRow
-from supervisor.record.records import Incident, TelemetryPoint
+from supervisor.record.records import TelemetryPoint
 from supervisor.record.retention import run_retention
 from supervisor.record.service_runs import start_service_run, stop_service_run
 from supervisor.record.store import Store

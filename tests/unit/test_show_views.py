@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.act.incident import Incident
 from supervisor.record.queries import engine_runs, incident, incident_transitions, timeline
-from supervisor.record.records import Incident, TelemetryPoint
+from supervisor.record.records import TelemetryPoint
 from supervisor.record.service_runs import service_runs, start_service_run
 from supervisor.record.store import Store
 from supervisor.record.telemetry import add_telemetry, telemetry

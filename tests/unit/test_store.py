@@ -13,9 +13,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from supervisor.act.incident import Incident
 from supervisor.errors import StoreError
 from supervisor.record.models import Base
-from supervisor.record.store import Incident, Store, downgrade, make_engine, upgrade
+from supervisor.record.store import Store, downgrade, make_engine, upgrade
 
 TABLES = {"engine_runs", "incidents", "mode_transitions", "mode_baselines", "telemetry",
           "service_runs", "applied_records", "alembic_version"}
@@ -172,7 +173,8 @@ def test_secrets_are_masked_before_they_are_stored(url: str) -> None:
 def test_downgrade_keeps_working_with_transitions_pointing_at_incidents(url: str) -> None:
     from datetime import UTC, datetime
 
-    from supervisor.record.records import AddIncident, Incident, Transition
+    from supervisor.act.incident import Incident, Transition
+    from supervisor.record.records import AddIncident
 
     store = Store.open(url, fleet="f", host="h")
     t = datetime(2026, 1, 1, tzinfo=UTC)
