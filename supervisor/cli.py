@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(incidents_json(rows) if args.json else incidents_table(rows))
                 return EXIT_OK
             case "sample":
-                from supervisor.sense.observe import observe
+                from supervisor.commands.sample import observe
 
                 policy = load_policy_file(args.policy)
                 interval = args.interval or policy.sampling.tick_seconds

@@ -65,7 +65,7 @@ from supervisor.sense.probes import engine_version
 from supervisor.show.alerts import Alerter
 from supervisor.show.api.app import create_admin_app, load_token
 from supervisor.show.metrics import StateCollector, StateView, SupervisorMetrics
-from supervisor.show.serve import AppServer
+from supervisor.serve import AppServer
 from supervisor.states import EngineState
 from supervisor.telemetry.baselines import Baselines
 from supervisor.telemetry.rates import EngineRates, engine_rates

@@ -20,7 +20,7 @@ from supervisor.gateway.metrics import GatewayMetrics
 from supervisor.gateway.proxy import GatewayApp
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
-from supervisor.show.serve import AppServer
+from supervisor.serve import AppServer
 
 __all__ = ["Gateway"]
 

@@ -1,0 +1,1 @@
+"""The ``supervisor`` commands, one module each (``cli.py`` parses and dispatches)."""
