@@ -62,10 +62,10 @@ from supervisor.sense.gateway_load import GatewayLoadSource
 from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.sense.probes import engine_version
+from supervisor.serve import AppServer
 from supervisor.show.alerts import Alerter
 from supervisor.show.api.app import create_admin_app, load_token
 from supervisor.show.metrics import StateCollector, StateView, SupervisorMetrics
-from supervisor.serve import AppServer
 from supervisor.states import EngineState
 from supervisor.telemetry.baselines import Baselines
 from supervisor.telemetry.rates import EngineRates, engine_rates

@@ -3,7 +3,7 @@
 The service keeps every Sample in its Window (seconds apart); the store keeps one row per
 10 s (``telemetry_point``, called by a 10-s job), and retention folds day-old rows into
 1-min rows (``downsample``). Gauges are averaged over the stretch (unknown values
-skipped, never read as 0), counters become per-second rates (``decide.derived``), the
+skipped, never read as 0), counters become per-second rates (``telemetry.rates``), the
 tick lateness keeps its worst value, and the engine's state, mode and run are those at
 the end of the stretch.
 """

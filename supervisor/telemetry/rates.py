@@ -13,7 +13,7 @@ from typing import Any
 
 from supervisor.telemetry.window import Window
 
-__all__ = ["EngineRates", "engine_rates"]
+__all__ = ["EngineRates", "engine_rates", "slope"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +76,13 @@ def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
         tokens_per_second_per_request=per_request,
         requests_finished=tpot_n,
     )
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (t, y) points (y units per second); 0.0 when every t is the
+    same. Raises ZeroDivisionError on an empty list."""
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return 0.0 if var == 0 else sum((t - mt) * (y - my) for t, y in points) / var

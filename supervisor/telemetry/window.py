@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 
+from supervisor.telemetry.counters import counter_step, position_step
 from supervisor.telemetry.sample import Sample
 
 __all__ = ["Window"]
@@ -80,8 +81,7 @@ class Window:
                 continue
             if prev is not None:
                 _, prev_v, prev_run = prev
-                reset = value < prev_v or s.engine_run_id != prev_run
-                total += value if reset else value - prev_v
+                total += counter_step(prev_v, prev_run, value, s.engine_run_id)
             else:
                 first_t = s.t_s
             prev = (s.t_s, value, s.engine_run_id)
@@ -112,12 +112,9 @@ class Window:
             if value is None:
                 continue
             if prev is not None:
-                prev_v, prev_run = prev
-                if len(value) != len(prev_v):
+                step = position_step(*prev, value, s.engine_run_id)
+                if step is None:
                     return None
-                reset = s.engine_run_id != prev_run or any(
-                    a < b for a, b in zip(value, prev_v, strict=True))
-                step = value if reset else [a - b for a, b in zip(value, prev_v, strict=True)]
                 total = [t + d for t, d in zip(total or [0.0] * len(value), step, strict=True)]
             prev = (value, s.engine_run_id)
         return None if total is None else tuple(total)

@@ -11,19 +11,11 @@ from __future__ import annotations
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
 from supervisor.states import EngineState
+from supervisor.telemetry.rates import slope
 
-__all__ = ["GUARD", "check", "slope"]
+__all__ = ["GUARD", "check"]
 
 GUARD = "memory_forecast"
-
-
-def slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (t, y) points (y units per second). Needs >= 2 distinct t."""
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return 0.0 if var == 0 else sum((t - mt) * (y - my) for t, y in points) / var
 
 
 def check(sit: Situation) -> list[Finding]:

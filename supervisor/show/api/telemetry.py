@@ -10,10 +10,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from supervisor.decide.guards.memory_forecast import slope
 from supervisor.policy import Policy
 from supervisor.record.telemetry import telemetry
 from supervisor.show.api.deps import ReadAccess, SupervisorDep
+from supervisor.telemetry.counters import counter_step
+from supervisor.telemetry.rates import slope
 from supervisor.telemetry.sample import Sample
 
 router = APIRouter(prefix="/api", tags=["telemetry"], dependencies=[ReadAccess])
@@ -53,9 +54,7 @@ def _rate_series(samples: list[Sample], field: str, step_s: float) -> list[float
         if v is not None:
             known[i] = True
             if prev is not None:
-                pv, prun = prev
-                step = v if (v < pv or x.engine_run_id != prun) else v - pv
-                growth[i] = step
+                growth[i] = counter_step(*prev, v, x.engine_run_id)
             prev = (v, x.engine_run_id)
     cum = []
     total = 0.0
