@@ -9,10 +9,9 @@ engine running; on a GB10 that is how a unified-memory exhaustion ends), warning
 otherwise. One incident, the more specific kind.
 
 After a host reset with the engine running, the policy's
-``storage.after_host_reset`` picks the first rung: ``one_rung_down`` (default) starts
-one rung safer than the engine that was running, ``same_rung`` starts on it again,
-``initial`` ignores it. The incident and the transition carry a key derived from the
-previous life, so a start that fails and is retried does not report it twice.
+``storage.after_host_reset`` picks the first rung (``decide/startup.py``).
+The incident and the transition carry a key derived from the previous life, so a start
+that fails and is retried does not report it twice.
 
 ``assess_previous_life`` is pure; ``read_boot_id`` and ``check_previous_life`` do the
 reading.
@@ -24,18 +23,17 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
 from supervisor.act.incident import Incident, Transition
+from supervisor.decide.startup import AfterHostReset, rung_of, start_rung_after_reset
 from supervisor.record.records import AddIncident
 from supervisor.record.service_runs import last_engine_run, previous_service_run
 from supervisor.record.store import Store
 
 __all__ = [
     "BOOT_ID_PATH",
-    "AfterHostReset",
     "PreviousLife",
     "assess_previous_life",
     "check_previous_life",
@@ -44,15 +42,6 @@ __all__ = [
 
 #: Random per boot, set by the kernel: a different value means the host rebooted.
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
-
-
-class AfterHostReset(StrEnum):
-    """``storage.after_host_reset``: the first rung after the host went down with the
-    engine running."""
-
-    ONE_RUNG_DOWN = "one_rung_down"
-    SAME_RUNG = "same_rung"
-    INITIAL = "initial"
 
 
 class _ServiceRun(Protocol):
@@ -96,17 +85,7 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
 
 
 def _rung_of(run: _EngineRun, modes: Sequence[str]) -> int:
-    """The rung of ``run``'s mode in the current ladder, found by name (the policy may
-    have changed since); a mode no longer in it keeps its stored rung, clipped."""
-    return modes.index(run.mode) if run.mode in modes else min(run.rung, len(modes) - 1)
-
-
-def _start_rung(last: _EngineRun, modes: Sequence[str], setting: AfterHostReset) -> int | None:
-    """The rung to start on after a host reset with ``last`` running (None: initial)."""
-    if setting is AfterHostReset.INITIAL or not modes:
-        return None
-    rung = _rung_of(last, modes)
-    return min(rung + 1, len(modes) - 1) if setting is AfterHostReset.ONE_RUNG_DOWN else rung
+    return rung_of(run.mode, run.rung, modes)
 
 
 def _evidence(previous: _ServiceRun, boot_id: str | None, last_run: _EngineRun | None,
@@ -152,7 +131,7 @@ def assess_previous_life(
         kind, severity = "host_reset", "critical"
         what = f"the host went down with the engine running (mode {running.mode})"
         evidence["after_host_reset"] = str(setting)
-        start_rung = _start_rung(running, modes, setting)
+        start_rung = start_rung_after_reset(running.mode, running.rung, modes, setting)
         if start_rung is not None and start_rung != _rung_of(running, modes):
             transition = Transition(
                 at=now, from_mode=running.mode, to_mode=modes[start_rung],
