@@ -10,7 +10,14 @@ import re
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = [
     "AdminSpec",
@@ -29,6 +36,7 @@ __all__ = [
     "RecoverySpec",
     "SpeculativeGuard",
     "ThermalGuard",
+    "TimeWindow",
 ]
 
 GiB = 1024**3
@@ -158,6 +166,39 @@ class Guards(_Model):
 _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
+class TimeWindow(BaseModel):
+    """A daily span of local time, written "HH:MM-HH:MM" (may wrap midnight: 22:00-06:00).
+
+    Parsed once, when the policy is validated; kept as minutes after midnight. Written
+    back (``model_dump``) as the string it came from.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    start_minute: int
+    end_minute: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        m = _WINDOW.match(value)
+        if m is None:
+            raise ValueError(f"{value!r} is not a window like 22:00-06:00")
+        h1, m1, h2, m2 = (int(g) for g in m.groups())
+        return {"start_minute": h1 * 60 + m1, "end_minute": h2 * 60 + m2}
+
+    @model_serializer
+    def _text(self) -> str:
+        a, b = divmod(self.start_minute, 60), divmod(self.end_minute, 60)
+        return f"{a[0]:02d}:{a[1]:02d}-{b[0]:02d}:{b[1]:02d}"
+
+    def contains(self, minute: int) -> bool:
+        """Whether ``minute`` after local midnight (0-1439) falls inside (end excluded)."""
+        start, end = self.start_minute, self.end_minute
+        return start <= minute < end if start <= end else minute >= start or minute < end
+
+
 class Hysteresis(_Model):
     """How the ladder avoids flapping: cooldowns, calm before stepping up, probation."""
 
@@ -173,7 +214,7 @@ class Hysteresis(_Model):
     """... up to a day."""
     max_transitions_per_hour: Annotated[int, Field(ge=1)] = 4
     """Each switch restarts the engine (minutes on a GB10): more than 4 an hour is flapping."""
-    step_up_windows: list[str] = []
+    step_up_windows: list[TimeWindow] = []
     """Local times when stepping up is allowed, "HH:MM-HH:MM" (may wrap midnight);
     empty: any time."""
     timezone: str = "UTC"
@@ -182,14 +223,6 @@ class Hysteresis(_Model):
     shed_seconds: Annotated[float, Field(ge=0)] = 120.0
     """After shedding, a warning that asked to shed first must persist this long before
     the engine steps down (the lower limits get their chance to help)."""
-
-    @field_validator("step_up_windows")
-    @classmethod
-    def _windows(cls, windows: list[str]) -> list[str]:
-        for w in windows:
-            if not _WINDOW.match(w):
-                raise ValueError(f"{w!r} is not a window like 22:00-06:00")
-        return windows
 
     @field_validator("timezone")
     @classmethod

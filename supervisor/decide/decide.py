@@ -256,13 +256,7 @@ def _in_window(sit: Situation) -> bool:
         return False
     local = datetime.fromtimestamp(s.wall_s, UTC).astimezone(ZoneInfo(hy.timezone))
     minute = local.hour * 60 + local.minute
-    for w in hy.step_up_windows:
-        a, b = w.split("-")
-        start = int(a[:2]) * 60 + int(a[3:])
-        end = int(b[:2]) * 60 + int(b[3:])
-        if (start <= minute < end) if start <= end else (minute >= start or minute < end):
-            return True
-    return False
+    return any(w.contains(minute) for w in hy.step_up_windows)
 
 
 def _calm(sit: Situation, findings: list[Finding]) -> Decision | None:

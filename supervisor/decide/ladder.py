@@ -1,7 +1,8 @@
 """The mode ladder's state and how a Decision moves it. Pure: no I/O, no clock reads.
 
-Operator levers (pin, unpin, pause, resume) are pure functions here too; the admin API
-calls them and the service swaps the state in.
+Every change of the ladder goes through here: ``advance`` for a Decision, ``operate``
+and ``apply_operator`` for the operator's levers and a policy reload (``reloaded``). The
+live service and the replay of its trace share them, so the two cannot diverge.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from dataclasses import dataclass
 
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Severity
-from supervisor.policy import Policy, Restart
+from supervisor.policy import Policy, Restart, build_argv
 
-__all__ = ["LadderState", "advance", "pause", "pin", "recent_crashes", "request",
-           "restart_delay", "resume", "unpin"]
+__all__ = ["LEVERS", "LadderState", "advance", "apply_operator", "operate", "pause", "pin",
+           "recent_crashes", "reloaded", "request", "restart_delay", "resume", "unpin"]
 
 HOUR = 3600.0
 
@@ -178,3 +179,85 @@ def pause(ladder: LadderState) -> LadderState:
 def resume(ladder: LadderState) -> LadderState:
     """Operator: undo ``pause``; a gave-up ladder is also given another try."""
     return dataclasses.replace(ladder, paused=False, gave_up=False, crash_times_s=())
+
+
+#: The operator's levers, as the admin API and the trace name them.
+LEVERS = ("pin", "unpin", "step-down", "step-up", "pause", "resume")
+
+
+def operate(ladder: LadderState, policy: Policy, lever: str,
+            mode: str | None = None) -> tuple[LadderState, str, int | None]:
+    """Pull an operator lever: ``pin`` (to ``mode``), ``unpin``, ``step-down``, ``step-up``
+    (one rung, once), ``pause``, ``resume``.
+
+    Returns (new state, the trace's name of the action, its rung or None). The trace
+    names a step ``step`` with its target rung, so ``apply_operator`` replays it.
+    Raises KeyError for an unknown mode, ValueError for an unknown lever or a step off
+    either end of the ladder.
+    """
+    match lever:
+        case "pin":
+            rung = policy.mode_index(mode or "")
+            return pin(ladder, rung), "pin", rung
+        case "step-down" | "step-up":
+            rung = ladder.rung + (1 if lever == "step-down" else -1)
+            if not 0 <= rung < len(policy.modes):
+                raise ValueError(f"no rung {lever.split('-')[1]} of "
+                                 f"{policy.modes[ladder.rung].name}")
+            return request(ladder, rung), "step", rung
+        case "unpin" | "pause" | "resume":
+            return apply_operator(ladder, lever, None), lever, None
+    raise ValueError(f"unknown operator action {lever!r}")
+
+
+def apply_operator(ladder: LadderState, action: str, rung: int | None,
+                   **extra: object) -> LadderState:
+    """One operator record (``operate``'s action and rung, or a policy ``reload``) applied
+    to ``ladder``: the live service and the replay of its trace both go through here.
+
+    ``reload`` takes ``extra``: ``reload_pending`` (bool), ``pinned`` and ``requested``
+    (rungs in the new ladder, or None), as ``reloaded`` computed them. An unknown action
+    leaves the ladder as it is (a newer trace read by an older replay).
+    """
+    match action:
+        case "pin" if rung is not None:
+            return pin(ladder, rung)
+        case "unpin":
+            return unpin(ladder)
+        case "pause":
+            return pause(ladder)
+        case "resume":
+            return resume(ladder)
+        case "step" if rung is not None:
+            return request(ladder, rung)
+        case "reload" if rung is not None:
+            pinned, requested = extra.get("pinned", ladder.pinned), extra.get(
+                "requested", ladder.requested)
+            return dataclasses.replace(
+                ladder, rung=rung, reload_pending=bool(extra.get("reload_pending")),
+                pinned=pinned if isinstance(pinned, int) else None,
+                requested=requested if isinstance(requested, int) else None)
+    return ladder
+
+
+def reloaded(ladder: LadderState, old: Policy, new: Policy) -> tuple[int, dict[str, object]]:
+    """Where a policy reload puts the ladder: (rung in ``new``, the ``reload`` extras for
+    ``apply_operator``). Rungs are carried over by mode name (a mode gone from the new
+    ladder: the new initial rung; a pin or a request to it is dropped).
+    ``reload_pending``: the running mode's engine arguments, environment or working
+    directory changed, so the engine must be drained and restarted (Action.RELOAD).
+    """
+    names = [m.name for m in new.modes]
+    old_mode = old.modes[ladder.rung]
+    rung = names.index(old_mode.name) if old_mode.name in names else new.initial_rung
+    changed = (old_mode.name not in names
+               or build_argv(old, old_mode) != build_argv(new, new.modes[rung])
+               or old.engine.environment != new.engine.environment
+               or old.working_directory != new.working_directory)
+
+    def remap(r: int | None) -> int | None:
+        name = None if r is None else old.modes[r].name
+        return names.index(name) if name in names else None
+
+    return rung, {"reload_pending": changed, "pinned": remap(ladder.pinned),
+                  "requested": remap(ladder.requested)}

@@ -7,22 +7,13 @@ skipped one) and operator levers are applied where they were pulled.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Decision
-from supervisor.decide.ladder import (
-    LadderState,
-    advance,
-    pause,
-    pin,
-    request,
-    resume,
-    unpin,
-)
+from supervisor.decide.ladder import LadderState, advance, apply_operator
 from supervisor.policy import Policy
 from supervisor.telemetry.baselines import Baselines
 from supervisor.telemetry.sample import Sample
@@ -92,23 +83,7 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
         elif kind == "skip":
             pending = None
         elif kind == "operator" and ladder is not None:
-            ladder = _operator(ladder, rec)
+            extra = {k: v for k, v in rec.items() if k not in ("type", "t_s", "action", "rung")}
+            ladder = apply_operator(ladder, str(rec.get("action")), rec.get("rung"), **extra)
     return steps
 
-
-def _operator(ladder: LadderState, rec: dict[str, Any]) -> LadderState:
-    match rec.get("action"):
-        case "pin":
-            return pin(ladder, int(rec["rung"]))
-        case "unpin":
-            return unpin(ladder)
-        case "pause":
-            return pause(ladder)
-        case "resume":
-            return resume(ladder)
-        case "step":
-            return request(ladder, int(rec["rung"]))
-        case "reload":
-            return dataclasses.replace(ladder, rung=int(rec["rung"]),
-                                       reload_pending=bool(rec.get("reload_pending")))
-    return ladder
