@@ -11,6 +11,9 @@
     │   ├── ScrapeTimeout          ... by timing out
     │   └── MetricsParseError      ... by returning text that is not Prometheus exposition
     ├── StoreError             the database refused a read or write
+    ├── ServiceError           the service cannot run as asked
+    │   ├── AlreadyRunning         another live supervisor holds this state directory (.pid)
+    │   └── ListenError            the gateway or the admin API could not bind its port
     └── SetupError             building the engine environment or the demo models failed
 
 Foreign exceptions (httpx, SQLAlchemy, OSError from subprocess) are translated once, at
@@ -22,13 +25,16 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AlreadyRunning",
     "EngineError",
     "EngineStartError",
     "EngineStopTimeout",
+    "ListenError",
     "MetricsParseError",
     "PolicyError",
     "ScrapeError",
     "ScrapeTimeout",
+    "ServiceError",
     "SetupError",
     "StoreError",
     "SupervisorError",
@@ -107,6 +113,36 @@ class MetricsParseError(ScrapeError):
 
 class StoreError(SupervisorError):
     """The database refused an operation (down, locked, full, schema missing)."""
+
+
+class ServiceError(SupervisorError):
+    """The service cannot run as asked; nothing was recorded (exit status 2)."""
+
+
+class AlreadyRunning(ServiceError):
+    """Another live supervisor holds the single-instance lock of this state directory.
+
+    Attributes: ``path`` (the lock file), ``pid`` (the holder's, None if unreadable).
+    """
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path, self.pid = path, pid
+        who = f"pid {pid}" if pid is not None else "another process"
+        super().__init__(f"another supervisor ({who}) already runs with the state directory "
+                         f"of this policy (lock {path}): stop it first, or give this one its "
+                         "own state_directory")
+
+
+class ListenError(ServiceError, OSError):
+    """A listener (the gateway, the admin API) could not bind ``host:port``.
+
+    Attributes: ``name`` (which listener), ``host``, ``port``. Also an OSError, as
+    binding errors are.
+    """
+
+    def __init__(self, name: str, host: str, port: int, why: str = "address in use?") -> None:
+        self.name, self.host, self.port = name, host, port
+        super().__init__(f"{name} could not listen on {host}:{port} ({why})")
 
 
 class SetupError(SupervisorError):

@@ -9,6 +9,8 @@ from typing import Any
 
 import uvicorn
 
+from supervisor.errors import ListenError
+
 __all__ = ["AppServer"]
 
 logger = logging.getLogger(__name__)
@@ -30,18 +32,27 @@ class AppServer:
         self.host, self.port = host, port
         self._task: asyncio.Task[None] | None = None
 
+    async def _serve(self) -> None:
+        """uvicorn's ``serve``, its bind failure as ListenError.
+
+        uvicorn turns a bind error into ``sys.exit(3)`` (STARTUP_FAILURE) inside the
+        task; asyncio re-raises a SystemExit from a task out of the event loop itself,
+        so it must never leave this coroutine (issue 18: the service exited 3 without
+        its shutdown, and the next life recorded a false unclean stop).
+        """
+        try:
+            await self.server.serve()
+        except SystemExit as exc:
+            raise ListenError(self.name, self.host, self.port) from exc
+
     async def start(self) -> None:
-        """Return once listening. Raises OSError when the port cannot be bound."""
-        self._task = asyncio.get_running_loop().create_task(self.server.serve())
+        """Return once listening. Raises ListenError (an OSError) when the port cannot be
+        bound."""
+        self._task = asyncio.get_running_loop().create_task(self._serve())
         while not self.server.started:
             if self._task.done():
-                # uvicorn turns a bind error into sys.exit(STARTUP_FAILURE).
-                try:
-                    self._task.result()
-                except SystemExit as exc:
-                    raise OSError(f"{self.name} could not listen on {self.host}:{self.port} "
-                                  "(address in use?)") from exc
-                raise OSError(f"{self.name} could not listen on {self.host}:{self.port}")
+                self._task.result()           # raises ListenError, or what uvicorn raised
+                raise ListenError(self.name, self.host, self.port, "uvicorn stopped")
             await asyncio.sleep(0.02)
 
     async def stop(self) -> None:

@@ -10,18 +10,15 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from supervisor.act.incident import Incident, Transition
-from supervisor.act.launcher import EngineLauncher, EngineRun
+from supervisor.act.launcher import EngineRun
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Severity
 from supervisor.errors import EngineStopTimeout
 from supervisor.policy import Policy
-from supervisor.record.records import AddIncident, AddRun
-from supervisor.record.writer import RecordWriter
-from supervisor.show.alerts import Alerter
-from supervisor.show.metrics import SupervisorMetrics
+from supervisor.policy_holder import PolicyHolder
 from supervisor.states import CrashReason, EngineState
 
-__all__ = ["Executor", "GatewayControl"]
+__all__ = ["EngineControl", "Executor", "GatewayControl", "RecordSink"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +40,49 @@ class GatewayControl(Protocol):
         """Multiply the current limits by the policy's shed factor (True) or restore them."""
 
 
+class EngineControl(Protocol):
+    """What the executor asks of the engine's owner (``EngineLauncher`` implements it).
+
+    ``start`` returns once the process is launched (not ready); ``stop`` drains and
+    waits (raises EngineStopTimeout with ``.survivors``); ``kill`` SIGKILLs the group.
+    """
+
+    @property
+    def state(self) -> EngineState:
+        """The engine's lifecycle state now."""
+
+    @property
+    def run(self) -> EngineRun | None:
+        """The current (or last) engine run, None before the first start."""
+
+    async def start(self, *, rung: int) -> EngineRun:
+        """Launch the engine in ``rung``'s mode."""
+
+    async def stop(self, *, reason: str) -> None:
+        """Stop gracefully: SIGTERM, wait, SIGKILL the group."""
+
+    async def kill(self, *, reason: str, crash: CrashReason | None = None,
+                   emergency: str | None = None) -> None:
+        """SIGKILL the process group at once."""
+
+
+class RecordSink(Protocol):
+    """Where the executor's records go (the service's ``Recorder``): every incident and
+    transition becomes a record, a metric and an alert there, and nowhere else."""
+
+    def decision(self, action: str) -> None:
+        """A non-HOLD decision is being carried out (counted)."""
+
+    def incident(self, incident: Incident, transition: Transition | None = None,
+                 findings: tuple[Finding, ...] = ()) -> None:
+        """Record ``incident`` (with the rung change, if any) and alert on it."""
+
+    def run_started(self, run: EngineRun, port: int) -> None:
+        """An engine run was launched on ``port``."""
+
+
 class Executor:
-    """Performs Decisions with the launcher and records what happened.
+    """Performs Decisions with the engine's owner and records what happened.
 
     ``poke_at(delay_s)`` asks the service for a decision after ``delay_s`` seconds (the
     restart backoff); ``give_up()`` asks it to stop with exit status 1;
@@ -53,27 +91,28 @@ class Executor:
 
     def __init__(
         self,
-        policy: Policy,
-        launcher: EngineLauncher,
-        writer: RecordWriter,
+        policy: Policy | PolicyHolder,
+        launcher: EngineControl,
+        recorder: RecordSink,
         *,
         poke_at: Callable[[float], None],
         give_up: Callable[[], None],
         kernel_lines: Callable[[], list[str]] | None = None,
         gateway: GatewayControl | None = None,
-        metrics: SupervisorMetrics | None = None,
-        alerter: Alerter | None = None,
     ) -> None:
-        self.policy = policy
+        self._policy = PolicyHolder.of(policy)
         self.launcher = launcher
-        self.writer = writer
+        self.recorder = recorder
         self.gateway = gateway
         self._poke_at = poke_at
         self._give_up = give_up
         self._kernel_lines = kernel_lines or list
-        self.metrics = metrics
-        self.alerter = alerter
         self._noted: set[tuple[str | None, str]] = set()
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (read on use)."""
+        return self._policy.current
 
     async def carry_out(self, decision: Decision, *, from_rung: int) -> None:
         """Do what ``decision`` says. Blocks for as long as stopping the engine takes.
@@ -90,8 +129,7 @@ class Executor:
             self._note(decision, from_rung)
             return
         logger.info("action %s: %s", action, decision.explanation)
-        if self.metrics is not None:
-            self.metrics.decisions.labels(str(action)).inc()
+        self.recorder.decision(str(action))
         if action is Action.START:
             await self._start(decision.rung)
             return
@@ -107,7 +145,7 @@ class Executor:
             await self._clear(decision)
         except EngineStopTimeout as exc:
             logger.error("%s", exc)
-            self._record(Incident(
+            self.recorder.incident(Incident(
                 kind="engine_stop_timeout", severity="critical", started_at=_now(),
                 action="none", explanation=str(exc), run_id=decision.run_id,
                 findings=[{"survivors": exc.survivors}]))
@@ -139,28 +177,12 @@ class Executor:
 
     async def _start(self, rung: int) -> None:
         run = await self.launcher.start(rung=rung)
-        port = self.policy.engine.port
-        self.writer.submit(AddRun(
-            run_id=run.run_id, mode=run.mode, rung=run.rung, argv=list(run.argv), pid=run.pid,
-            port=port, log_path=str(run.log_path), started_at=run.started_at))
+        self.recorder.run_started(run, self.policy.engine.port)
 
     def engine_ready(self, rung: int) -> None:
         """The engine became ready: let the gateway admit again in this mode."""
         if self.gateway is not None:
             self.gateway.release(rung)
-
-    def _record(self, incident: Incident, transition: Transition | None = None,
-                findings: tuple[Finding, ...] = ()) -> None:
-        self.writer.submit(AddIncident(incident=incident, transition=transition))
-        if self.metrics is not None:
-            self.metrics.incidents.labels(incident.kind, incident.severity).inc()
-            for f in findings:
-                self.metrics.findings.labels(f.guard, f.kind, str(f.severity)).inc()
-            if transition is not None:
-                self.metrics.transitions.labels(transition.from_mode or "", transition.to_mode,
-                                                transition.actor).inc()
-        if self.alerter is not None:
-            self.alerter.notify(incident, transition)
 
     def _note(self, decision: Decision, from_rung: int) -> None:
         """Record findings that appear in a HOLD (info, or a warning held back) once per run."""
@@ -170,7 +192,8 @@ class Executor:
                 continue
             self._noted.add(key)
             logger.info("noted %s (%s): %s", f.kind, f.severity, f.summary)
-            self._record(self._incident(decision, from_rung, f, action="hold"), findings=(f,))
+            self.recorder.incident(self._incident(decision, from_rung, f, action="hold"),
+                                  findings=(f,))
 
     def _incident(self, decision: Decision, from_rung: int, worst: Finding | None,
                   action: str) -> Incident:
@@ -204,7 +227,7 @@ class Executor:
                 at=incident.started_at, from_mode=self.policy.modes[from_rung].name,
                 to_mode=self.policy.modes[decision.rung].name, from_rung=from_rung,
                 to_rung=decision.rung, reason=decision.explanation, actor=actor)
-        self._record(incident, transition, decision.findings)
+        self.recorder.incident(incident, transition, decision.findings)
 
 
 def _log_tail(run: EngineRun | None) -> str | None:

@@ -34,6 +34,7 @@ from supervisor.act.processes import (
 )
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
+from supervisor.policy_holder import PolicyHolder
 from supervisor.privacy import mask_argv
 from supervisor.sense.names import PROCESS_TITLES
 from supervisor.sense.probes import probe_health
@@ -123,12 +124,12 @@ class EngineLauncher:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Policy | PolicyHolder,
         *,
         on_change: Callable[[EngineRun, EngineState], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.policy = policy
+        self._policy = PolicyHolder.of(policy)
         self._on_change = on_change
         self._clock = clock
         self._state = EngineState.STOPPED
@@ -140,6 +141,11 @@ class EngineLauncher:
         self._pidfds: dict[int, int] = {}
 
     # -- read side -------------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (read on use: a reload swaps the holder's)."""
+        return self._policy.current
 
     @property
     def state(self) -> EngineState:

@@ -15,7 +15,8 @@ from supervisor.decide.findings import Severity
 from supervisor.policy import Policy, Restart, build_argv
 
 __all__ = ["LEVERS", "LadderState", "advance", "apply_operator", "operate", "pause", "pin",
-           "recent_crashes", "reloaded", "request", "restart_delay", "resume", "unpin"]
+           "recent_crashes", "reloaded", "request", "restart_delay", "resume", "start_on",
+           "unpin"]
 
 HOUR = 3600.0
 
@@ -179,6 +180,15 @@ def pause(ladder: LadderState) -> LadderState:
 def resume(ladder: LadderState) -> LadderState:
     """Operator: undo ``pause``; a gave-up ladder is also given another try."""
     return dataclasses.replace(ladder, paused=False, gave_up=False, crash_times_s=())
+
+
+def start_on(ladder: LadderState, rung: int, trouble_s: float | None = None) -> LadderState:
+    """Start-up: begin on ``rung`` (an adopted engine's, or the one chosen after a host
+    reset); ``trouble_s`` (monotonic) counts as the last trouble, so the ladder waits its
+    calm before stepping up again."""
+    if trouble_s is None:
+        return dataclasses.replace(ladder, rung=rung)
+    return dataclasses.replace(ladder, rung=rung, last_trouble_s=trouble_s)
 
 
 #: The operator's levers, as the admin API and the trace name them.

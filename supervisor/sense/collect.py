@@ -20,6 +20,7 @@ import httpx
 
 from supervisor.errors import MetricsParseError, ScrapeError
 from supervisor.policy import Policy
+from supervisor.policy_holder import PolicyHolder
 from supervisor.sense.engine_log import classify_engine_line
 from supervisor.sense.engine_metrics import parse_metrics
 from supervisor.sense.gateway_load import GatewayLoadSource, gateway_fields
@@ -70,13 +71,13 @@ class Sensors:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Policy | PolicyHolder,
         *,
         gpu: GpuSensor | None = None,
         kernel: KernelLogFollower | None = None,
         gateway: GatewayLoadSource | None = None,
     ) -> None:
-        self.policy = policy
+        self._policy = PolicyHolder.of(policy)
         self.gpu = gpu
         self.kernel = kernel
         self.gateway = gateway
@@ -90,6 +91,11 @@ class Sensors:
         self._canary: _Canary | None = None
         self._gpu_busy: asyncio.Task[GpuReading] | None = None
         self._pss: tuple[str | None, float, int | None] | None = None   # run, time, bytes
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (read on use: a reload swaps the holder's)."""
+        return self._policy.current
 
     async def start(self) -> None:
         """Open the HTTP client, probe the GPU (in a thread) and start the kernel log."""

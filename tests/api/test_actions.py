@@ -37,7 +37,7 @@ async def test_step_down_once_then_pause_and_resume(client, service) -> None:
     r = await client.post("/api/actions/step-down", headers=auth())
     assert r.json()["requested"] == "safe"
     await wait_for(lambda: service.ladder.rung == 1, timeout=10, what="step")
-    assert service.ladder.requested is None and service.ladder.pinned is None
+    assert service.ladder.state.requested is None and service.ladder.state.pinned is None
     r = await client.post("/api/actions/step-down", headers=auth())
     assert r.status_code == 409 and "no rung down" in r.json()["error"]["message"]
     assert (await client.post("/api/actions/pause", headers=auth())).json()["paused"] is True
@@ -52,14 +52,14 @@ async def test_bad_requests(client) -> None:
 
 
 async def test_no_token_configured_refuses_actions(service) -> None:
-    app = create_admin_app(service, token=None)
+    app = create_admin_app(service.status_view, token=None)
     async with AsyncClient(transport=ASGITransport(app), base_url="http://t") as c:
         r = await c.post("/api/actions/pause", headers=auth())
         assert r.status_code == 503 and "no admin token configured" in r.json()["error"]["message"]
 
 
 async def test_off_loopback_reads_need_the_token_too(service) -> None:
-    app = create_admin_app(service, token="tok")
+    app = create_admin_app(service.status_view, token="tok")
     app.state.reads_open = False          # as when admin.host is 0.0.0.0
     async with AsyncClient(transport=ASGITransport(app), base_url="http://t") as c:
         assert (await c.get("/api/status")).status_code == 401

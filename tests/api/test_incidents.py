@@ -15,7 +15,7 @@ async def test_a_real_crash_is_listed_with_its_evidence(client, service) -> None
     os.kill(core_pid(service.launcher.run.pid), signal.SIGKILL)
     await wait_for(lambda: service.launcher.state is EngineState.READY
                    and service.launcher.run.crash_reason is None
-                   and service.ladder.handled_run_id is not None, timeout=20, what="restart")
+                   and service.ladder.state.handled_run_id is not None, timeout=20, what="restart")
     await service.writer.flush()
     (inc,) = (await client.get("/api/incidents")).json()
     assert (inc["kind"], inc["severity"], inc["action"]) == (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -14,17 +13,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from supervisor import __version__
 from supervisor.show.api import actions, incidents, status, telemetry, transitions
-from supervisor.show.api.deps import ReadAccess, is_loopback
-
-if TYPE_CHECKING:
-    from supervisor.service import Supervisor
+from supervisor.show.api.deps import AdminBackend, ReadAccess, is_loopback
 
 __all__ = ["STATIC", "create_admin_app", "load_token"]
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 
 
-def load_token(sup: Supervisor) -> str | None:
+def load_token(sup: AdminBackend) -> str | None:
     """The actions' bearer token: ``admin.token_file`` (stripped) or ``admin.token_env``."""
     spec = sup.policy.admin
     if spec.token_file:
@@ -32,7 +28,7 @@ def load_token(sup: Supervisor) -> str | None:
     return os.environ.get(spec.token_env) or None
 
 
-def create_admin_app(sup: Supervisor, *, token: str | None = None) -> FastAPI:
+def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     """Routes: /api/status, /api/incidents[/{id}], /api/transitions, /api/telemetry,
     /api/actions/{action}, /metrics, and the dashboard at /. OpenAPI at /docs."""
     app = FastAPI(title="agent-serving supervisor", version=__version__,

@@ -1,25 +1,59 @@
-"""Dependencies of the admin routes: the live service, the store, the token check."""
+"""Dependencies of the admin routes: the service's read model, the token check.
+
+The routes see the running service only as an ``AdminBackend`` (the service's
+``StatusView`` implements it), so ``show/`` never imports the service.
+"""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request, status
+from prometheus_client import CollectorRegistry
 
-if TYPE_CHECKING:
-    from supervisor.service import Supervisor
+from supervisor.decide.ladder import LadderState
+from supervisor.policy import Policy
+from supervisor.record.store import Store
+from supervisor.show.api.models import StatusOut
+from supervisor.telemetry.sample import Sample
 
-__all__ = ["ReadAccess", "SupervisorDep", "TokenAccess", "is_loopback"]
-
-
-def get_supervisor(request: Request) -> Supervisor:
-    """The one Supervisor, put on the app's state when the app was built."""
-    return request.app.state.supervisor
+__all__ = ["AdminBackend", "ReadAccess", "SupervisorDep", "TokenAccess", "is_loopback"]
 
 
-SupervisorDep = Annotated["Supervisor", Depends(get_supervisor)]
+class AdminBackend(Protocol):
+    """What the admin API reads and pulls of the running service."""
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force."""
+
+    @property
+    def store(self) -> Store:
+        """The service's store (blocking: call it from a thread)."""
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The supervisor's own metrics."""
+
+    def samples(self) -> list[Sample]:
+        """A copy of the live window, oldest first."""
+
+    def status(self) -> StatusOut:
+        """Where the ladder stands, what the engine does, the last decision."""
+
+    def operate(self, action: str, mode: str | None = None) -> LadderState:
+        """Pull an operator lever (KeyError: unknown mode; ValueError: not possible)."""
+
+
+def get_supervisor(request: Request) -> AdminBackend:
+    """The service's read model, put on the app's state when the app was built."""
+    backend: AdminBackend = request.app.state.supervisor
+    return backend
+
+
+SupervisorDep = Annotated[AdminBackend, Depends(get_supervisor)]
 
 
 def is_loopback(host: str) -> bool:

@@ -29,7 +29,7 @@ async def list_incidents(sup: SupervisorDep, since: datetime | None = None,
                          kind: str | None = None,
                          limit: int = Query(100, ge=1, le=1000)) -> list[IncidentOut]:
     """Incidents, newest first, with their findings (log tails: see the detail)."""
-    rows = await asyncio.to_thread(sup.writer.store.incidents, since=since, kind=kind,
+    rows = await asyncio.to_thread(sup.store.incidents, since=since, kind=kind,
                                    limit=limit)
     return [_out(r, full=False) for r in rows]
 
@@ -37,7 +37,7 @@ async def list_incidents(sup: SupervisorDep, since: datetime | None = None,
 @router.get("/{incident_id}", response_model=IncidentOut)
 async def get_incident(sup: SupervisorDep, incident_id: int) -> IncidentOut:
     """One incident in full: findings with evidence, kernel lines, the engine's log tail."""
-    row = await asyncio.to_thread(incident, store=sup.writer.store, incident_id=incident_id)
+    row = await asyncio.to_thread(incident, store=sup.store, incident_id=incident_id)
     if row is None:
         raise HTTPException(404, f"no incident {incident_id}")
     return _out(row, full=True)

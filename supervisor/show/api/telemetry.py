@@ -32,14 +32,14 @@ async def get_telemetry(sup: SupervisorDep, seconds: float = Query(900, gt=0, le
     unknown), plus ``memory_floor_bytes`` and the memory ``forecast`` (slope, time to
     the floor) the forecast guard would compute now."""
     if since is not None:
-        rows = await asyncio.to_thread(telemetry, store=sup.writer.store, since=since)
+        rows = await asyncio.to_thread(telemetry, store=sup.store, since=since)
         cols = ["mem_available_bytes", "psi_memory_full_avg10_ratio", "gpu_temperature_c",
                 "gpu_power_w", "kv_cache_usage_ratio", "requests_running", "requests_waiting",
                 "generation_tokens_per_second", "spec_acceptance_ratio"]
         return {"source": "store", "t": [r.at.timestamp() for r in rows],
                 **{c: [getattr(r, c, None) for r in rows] for c in cols},
                 "memory_floor_bytes": sup.policy.guards.memory_floor.min_available_bytes}
-    samples = list(sup.window)                    # a copy: the tick appends meanwhile
+    samples = sup.samples()
     return await asyncio.to_thread(_live, samples, sup.policy, time.monotonic(), seconds)
 
 

@@ -1,0 +1,138 @@
+"""``StatusView``: the admin API's read model of the running service (it implements
+``show.api.deps.AdminBackend``): reads of the ladder, the engine, the gateway, the
+last decision and the window, and the operator's levers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from supervisor import __version__
+from supervisor.act.launcher import EngineLauncher
+from supervisor.decide.decision import Decision
+from supervisor.decide.ladder import LadderState
+from supervisor.gateway.server import Gateway
+from supervisor.policy import Policy
+from supervisor.policy_holder import PolicyHolder
+from supervisor.record.store import Store
+from supervisor.runtime.levers import Ladder
+from supervisor.show.api.models import DecisionOut, LadderRung, StatusOut
+from supervisor.show.metrics import StateCollector, StateView
+from supervisor.telemetry.rates import EngineRates, engine_rates
+from supervisor.telemetry.sample import Sample
+from supervisor.telemetry.window import Window
+
+__all__ = ["LastDecision", "StatusView"]
+
+
+class LastDecision:
+    """The last decision taken and when (monotonic seconds); None before the first."""
+
+    def __init__(self) -> None:
+        self.decision: Decision | None = None
+        self.at_s: float | None = None
+
+    def set(self, decision: Decision, at_s: float) -> None:
+        """Keep ``decision``, taken at ``at_s``."""
+        self.decision, self.at_s = decision, at_s
+
+
+class StatusView:
+    """Read model over the service's parts; ``poke()`` decides at once after a lever."""
+
+    def __init__(self, policy: PolicyHolder, ladder: Ladder, launcher: EngineLauncher,
+                 window: Window, store: Store, registry: CollectorRegistry,
+                 last: LastDecision, gateway: Gateway | None, *,
+                 poke: Callable[[], None]) -> None:
+        self._policy = policy
+        self.ladder = ladder
+        self.launcher = launcher
+        self.window = window
+        self._store = store
+        self._registry = registry
+        self.last = last
+        self.gateway = gateway
+        self._poke = poke
+        self.started_s = time.monotonic()
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force."""
+        return self._policy.current
+
+    @property
+    def store(self) -> Store:
+        """The service's store."""
+        return self._store
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The supervisor's own metrics."""
+        return self._registry
+
+    def rates(self) -> EngineRates | None:
+        """Rates over the last minute of the window (None while it is empty)."""
+        latest = self.window.latest
+        return None if latest is None else engine_rates(self.window, 60.0, latest.t_s)
+
+    def collector(self, spooled: Callable[[], int]) -> StateCollector:
+        """The /metrics gauges of the service's state (``spooled``: records waiting)."""
+        return StateCollector(StateView(lambda: self._policy.current,
+                                        latest=lambda: self.window.latest, rates=self.rates,
+                                        rung=lambda: self.ladder.rung, spooled=spooled))
+
+    def samples(self) -> list[Sample]:
+        """A copy of the window (the tick appends meanwhile)."""
+        return list(self.window)
+
+    def operate(self, action: str, mode: str | None = None) -> LadderState:
+        """Pull an operator lever (``Ladder.operate``), then decide at once."""
+        state = self.ladder.operate(action, mode)
+        self._poke()
+        return state
+
+    def status(self) -> StatusOut:
+        """Mode, rung, the ladder, engine state and the last decision."""
+        now = time.monotonic()
+        policy, ladder = self.policy, self.ladder.state
+        st = self.launcher.status()
+        d = self.last.decision
+        return StatusOut(
+            fleet=policy.fleet, version=__version__, mode=policy.modes[ladder.rung].name,
+            rung=ladder.rung, ladder=self._rungs(policy, ladder, now),
+            engine_state=str(st.state), engine_run_id=st.run_id, engine_pid=st.pid,
+            engine_seconds_in_state=round(now - st.since_s, 1),
+            last_decision=None if d is None else DecisionOut(
+                action=str(d.action), rung=d.rung, mode=policy.modes[d.rung].name,
+                explanation=d.explanation, findings=[f.to_dict() for f in d.findings]),
+            paused=ladder.paused,
+            pinned=None if ladder.pinned is None else policy.modes[ladder.pinned].name,
+            requested=None if ladder.requested is None
+            else policy.modes[ladder.requested].name,
+            probation_seconds_left=None if ladder.probation_until_s is None
+            or ladder.probation_until_s <= now else round(ladder.probation_until_s - now),
+            shed=ladder.shed, calm_seconds=round(ladder.calm_for(now), 1),
+            gateway=self._gateway(policy), limits=policy.modes[ladder.rung].gateway.model_dump(),
+            last_decision_seconds_ago=None if self.last.at_s is None
+            else round(now - self.last.at_s, 1),
+            uptime_seconds=round(now - self.started_s, 1),
+        )
+
+    @staticmethod
+    def _rungs(policy: Policy, ladder: LadderState, now: float) -> list[LadderRung]:
+        return [LadderRung(rung=i, mode=m.name, description=m.description,
+                           speculative=m.speculative, current=i == ladder.rung,
+                           barred_until_seconds=None if (b := ladder.failing_until(i)) is None
+                           or b <= now else round(b - now))
+                for i, m in enumerate(policy.modes)]
+
+    def _gateway(self, policy: Policy) -> dict[str, object] | None:
+        gw = self.gateway
+        if gw is None:
+            return None
+        return {"url": f"http://{policy.gateway.host}:{policy.gateway.port}/v1",
+                "held": gw.admission.held, "requests_in_flight": gw.admission.in_flight,
+                "requests_queued": gw.admission.queued,
+                "max_concurrency": gw.admission.max_concurrency}
