@@ -24,25 +24,23 @@ bad policy file (the message names the file, the field and the reason).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
-import re
 import signal
 import sys
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor import __version__
+from supervisor.commands import listings, run, tools
+from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from supervisor.errors import PolicyError, SetupError, StoreError
-from supervisor.policy import Policy, build_argv, load_policy_file
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
 
 logger = logging.getLogger("supervisor")
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class JsonFormatter(logging.Formatter):
@@ -163,103 +161,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _since(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text)
-    if m:
-        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-        return datetime.now(UTC) - timedelta(seconds=float(m.group(1)) * unit)
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise SystemExit(f"--since: {text!r} is neither an ISO time nor an age like 12h") from exc
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
-def _cmd_policy_check(path: Path) -> int:
-    from supervisor.show.tables import ladder_table
-
-    policy = load_policy_file(path)
-    print(f"{path}: valid policy for fleet {policy.fleet!r}, {len(policy.modes)} modes "
-          "(fastest first; * = initial)")
-    argv = build_argv(policy, policy.modes[policy.initial_rung])
-    print(f"engine: {' '.join(argv)}")
-    print(f"  cwd {policy.working_directory}")
-    print(ladder_table(policy))
-    exe = Path(policy.engine_executable)
-    if "/" in policy.engine_executable and not exe.exists():
-        print(f"warning: engine.executable {exe} does not exist on this machine")
-    return EXIT_OK
-
-
-def _cmd_incident(args: argparse.Namespace) -> int:
-    from supervisor.record.queries import incident, incident_transitions
-    from supervisor.show.export import incident_dict
-    from supervisor.show.incident import incident_detail
-
-    store = _open_store(load_policy_file(args.policy))
-    row = incident(store=store, incident_id=args.id)
-    if row is None:
-        print(f"error: no incident {args.id}", file=sys.stderr)
-        return EXIT_FAILED
-    if args.json:
-        print(json.dumps(incident_dict(row), indent=2, default=str))
-    else:
-        print(incident_detail(row, incident_transitions(store=store, incident_id=row.id)))
-    return EXIT_OK
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from supervisor.record.queries import engine_runs, timeline
-    from supervisor.record.service_runs import service_runs
-    from supervisor.record.telemetry import telemetry
-    from supervisor.show.export import export_rows
-
-    store = _open_store(load_policy_file(args.policy))
-    since = _since(args.since)
-    match args.what:
-        case "incidents":
-            rows = store.incidents(since=since, kind=args.kind, limit=args.limit)
-        case "transitions":
-            rows = timeline(store=store, since=since, limit=args.limit)
-        case "runs":
-            rows = engine_runs(store=store, since=since)[:args.limit]
-        case "services":
-            rows = service_runs(store=store, limit=args.limit)
-        case _:
-            rows = telemetry(store=store, since=since or datetime.now(UTC) - timedelta(days=1)
-                             )[:args.limit]
-    print(export_rows(rows, what=args.what, fmt=args.format))
-    return EXIT_OK
-
-
-def _open_store(policy: Policy):
-    from supervisor.record.store import Store
-
-    return Store.open(policy.database_url, fleet=policy.fleet)
-
-
-async def _run_service(policy: Policy, trace: Path | None = None,
-                       policy_path: Path | None = None) -> int:
-    from supervisor.service import Supervisor
-
-    store = await asyncio.to_thread(_open_store, policy)
-    sup = Supervisor(policy, store, trace_path=trace, policy_path=policy_path)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, sup.request_stop, f"{signal.Signals(sig).name} received")
-    reloads: set[asyncio.Task[bool]] = set()
-
-    def on_hup() -> None:
-        task = loop.create_task(sup.reload("SIGHUP"))
-        reloads.add(task)
-        task.add_done_callback(reloads.discard)
-
-    loop.add_signal_handler(signal.SIGHUP, on_hup)
-    logger.info("supervisor %s: fleet %s, %d modes, database %s", __version__, policy.fleet,
-                len(policy.modes), policy.database_url)
-    return await sup.run()
+#: One handler per command (``supervisor policy`` has one subcommand, ``check``).
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": run.main, "bench": tools.bench, "systemd-unit": tools.systemd_unit,
+    "calibrate": tools.calibrate, "replay": tools.replay, "policy": tools.policy_check,
+    "engine-env": tools.engine_env, "demo-models": tools.demo_models,
+    "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
+    "history": listings.history, "export": listings.export, "runs": listings.runs,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,98 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         # A reader that goes away (`| head`) ends a listing quietly, as for coreutils.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        match args.command:
-            case "run":
-                import uvloop
-
-                policy = load_policy_file(args.policy)
-                return uvloop.run(_run_service(policy, args.record, args.policy))
-            case "bench":
-                from supervisor.chaos.bench import run_bench
-
-                return run_bench(chaos=not args.no_chaos, scripts=not args.no_scripts)
-            case "systemd-unit":
-                from supervisor.act.systemd import unit_file
-
-                path = args.policy.resolve()
-                print(unit_file(load_policy_file(path), path, user=args.user), end="")
-                return EXIT_OK
-            case "calibrate":
-                from supervisor.calibrate import calibrate
-
-                policy = load_policy_file(args.policy)
-                store = _open_store(policy)
-                modes = args.modes.split(",") if args.modes else None
-                conc = tuple(int(c) for c in args.concurrency.split(","))
-                try:
-                    asyncio.run(calibrate(policy, store, modes=modes, concurrency=conc,
-                                          seconds=args.seconds))
-                except KeyError as exc:
-                    print(f"error: no mode {exc} in {args.policy}", file=sys.stderr)
-                    return EXIT_USAGE
-                finally:
-                    store.close()
-                return EXIT_OK
-            case "replay":
-                from supervisor.show.timeline import replay_command
-
-                return replay_command(args.trace, load_policy_file(args.policy),
-                                      as_json=args.json, show_all=args.all)
-            case "policy":
-                return _cmd_policy_check(args.file)
-            case "engine-env":
-                from supervisor.demo.setup import create_engine_env
-
-                create_engine_env(args.path.resolve())
-                return EXIT_OK
-            case "demo-models":
-                from supervisor.demo.setup import build_demo_models
-
-                report = build_demo_models(args.dir.resolve(),
-                                           engine_python=args.engine_python.absolute(),
-                                           steps=args.steps)
-                print(f"demo models in {args.dir}: built in {report.get('total_seconds')} s")
-                return EXIT_OK
-            case "incidents":
-                from supervisor.show.tables import incidents_json, incidents_table
-
-                store = _open_store(load_policy_file(args.policy))
-                rows = store.incidents(since=_since(args.since), kind=args.kind, limit=args.limit)
-                print(incidents_json(rows) if args.json else incidents_table(rows))
-                return EXIT_OK
-            case "sample":
-                from supervisor.commands.sample import observe
-
-                policy = load_policy_file(args.policy)
-                interval = args.interval or policy.sampling.tick_seconds
-                try:
-                    return asyncio.run(observe(policy, watch=args.watch, count=args.count,
-                                               interval_seconds=interval))
-                except KeyboardInterrupt:
-                    return EXIT_OK
-            case "incident":
-                return _cmd_incident(args)
-            case "history":
-                from supervisor.record.queries import timeline
-                from supervisor.show.history import history_table
-
-                store = _open_store(load_policy_file(args.policy))
-                print(history_table(timeline(store=store, since=_since(args.since),
-                                             limit=args.limit)))
-                return EXIT_OK
-            case "export":
-                return _cmd_export(args)
-            case "runs":
-                from supervisor.show.tables import runs_json, runs_table
-
-                store = _open_store(load_policy_file(args.policy))
-                rows = store.runs(limit=args.limit)
-                print(runs_json(rows) if args.json else runs_table(rows))
-                return EXIT_OK
+        return COMMANDS[args.command](args)
     except PolicyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (SetupError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_USAGE

@@ -1,0 +1,105 @@
+"""The other commands: ``policy check``, ``systemd-unit``, ``calibrate``, ``replay``,
+``bench``, ``engine-env``, ``demo-models``, ``sample``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from supervisor.commands.common import EXIT_OK, EXIT_USAGE, store_of
+from supervisor.policy import build_argv, load_policy_file
+
+__all__ = ["bench", "calibrate", "demo_models", "engine_env", "policy_check", "replay",
+           "sample", "systemd_unit"]
+
+
+def policy_check(args: argparse.Namespace) -> int:
+    """``supervisor policy check FILE``: validate and print the ladder."""
+    from supervisor.show.tables import ladder_table
+
+    path: Path = args.file
+    policy = load_policy_file(path)
+    print(f"{path}: valid policy for fleet {policy.fleet!r}, {len(policy.modes)} modes "
+          "(fastest first; * = initial)")
+    argv = build_argv(policy, policy.modes[policy.initial_rung])
+    print(f"engine: {' '.join(argv)}")
+    print(f"  cwd {policy.working_directory}")
+    print(ladder_table(policy))
+    exe = Path(policy.engine_executable)
+    if "/" in policy.engine_executable and not exe.exists():
+        print(f"warning: engine.executable {exe} does not exist on this machine")
+    return EXIT_OK
+
+
+def systemd_unit(args: argparse.Namespace) -> int:
+    """``supervisor systemd-unit``: print a unit file (Type=notify)."""
+    from supervisor.act.systemd import unit_file
+
+    path = args.policy.resolve()
+    print(unit_file(load_policy_file(path), path, user=args.user), end="")
+    return EXIT_OK
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """``supervisor calibrate``: measure each mode under a standard agent load."""
+    from supervisor.calibrate import calibrate as run_calibration
+
+    policy = load_policy_file(args.policy)
+    modes = args.modes.split(",") if args.modes else None
+    conc = tuple(int(c) for c in args.concurrency.split(","))
+    with store_of(policy) as store:
+        try:
+            asyncio.run(run_calibration(policy, store, modes=modes, concurrency=conc,
+                                        seconds=args.seconds))
+        except KeyError as exc:
+            print(f"error: no mode {exc} in {args.policy}", file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_OK
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``supervisor replay TRACE``: the decisions of a recorded trace, replayed."""
+    from supervisor.show.timeline import replay_command
+
+    return replay_command(args.trace, load_policy_file(args.policy), as_json=args.json,
+                          show_all=args.all)
+
+
+def bench(args: argparse.Namespace) -> int:
+    """``supervisor bench``: the chaos table and the benchmark figures."""
+    from supervisor.chaos.bench import run_bench
+
+    return run_bench(chaos=not args.no_chaos, scripts=not args.no_scripts)
+
+
+def engine_env(args: argparse.Namespace) -> int:
+    """``supervisor engine-env``: the CPU engine's environment (idempotent)."""
+    from supervisor.demo.setup import create_engine_env
+
+    create_engine_env(args.path.resolve())
+    return EXIT_OK
+
+
+def demo_models(args: argparse.Namespace) -> int:
+    """``supervisor demo-models DIR``: the tiny local models (idempotent)."""
+    from supervisor.demo.setup import build_demo_models
+
+    report = build_demo_models(args.dir.resolve(), engine_python=args.engine_python.absolute(),
+                               steps=args.steps)
+    print(f"demo models in {args.dir}: built in {report.get('total_seconds')} s")
+    return EXIT_OK
+
+
+def sample(args: argparse.Namespace) -> int:
+    """``supervisor sample``: Samples of an engine the service does not run, as JSON."""
+    from supervisor.commands.sample import observe
+
+    policy = load_policy_file(args.policy)
+    interval = args.interval or policy.sampling.tick_seconds
+    try:
+        return asyncio.run(observe(policy, watch=args.watch, count=args.count,
+                                   interval_seconds=interval))
+    except KeyboardInterrupt:
+        return EXIT_OK
