@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -58,6 +59,8 @@ def test_run_until_sigterm_then_show_the_records(tmp_path: Path) -> None:
         "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
                                    "port": free_port(), "shutdown_timeout_seconds": 1},
         "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
+        # Never the default listeners (8080, 8081): they may be taken (issue 18).
+        "gateway": {"port": free_port()}, "admin": {"port": free_port()},
     }))
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
                              str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -112,3 +115,63 @@ def test_sample_prints_the_engine_and_the_box(tmp_path: Path) -> None:
     finally:
         os.killpg(engine.pid, signal.SIGKILL)
         engine.wait()
+
+
+def cli_policy(tmp_path: Path, **sections) -> Path:
+    """A one-mode policy on the fake engine, every port free."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump({
+        "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
+                                   "port": free_port(), "shutdown_timeout_seconds": 1},
+        "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
+        "gateway": {"port": free_port()}, "admin": {"port": free_port()}, **sections}))
+    return policy
+
+
+def wait_ready(policy: Path, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runs = sup("runs", "--policy", str(policy), "--json")
+        if runs.returncode == 0 and json.loads(runs.stdout or "[]") and \
+                json.loads(runs.stdout)[0]["ready_at"]:
+            return
+        time.sleep(0.3)
+    raise AssertionError("the engine did not become ready")
+
+
+def test_issue_18_a_busy_listener_port_exits_2_and_leaves_a_clean_stop(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        policy = cli_policy(tmp_path, admin={"port": port})
+        out = sup("run", "--policy", str(policy))
+    assert out.returncode == 2, out.stderr
+    assert f"admin API could not listen on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr
+    (life,) = json.loads(sup("export", "--what", "services", "--format", "json",
+                             "--policy", str(policy)).stdout)
+    assert life["stopped_at"] is not None and life["exit_code"] == 2
+    assert sup("incidents", "--policy", str(policy), "--json").stdout.strip() == "[]"
+
+
+def test_issue_18_a_second_run_on_one_policy_exits_2_naming_the_holder(tmp_path: Path) -> None:
+    policy = cli_policy(tmp_path)
+    first = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
+                              str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(policy)
+        second = sup("run", "--policy", str(policy))
+        assert second.returncode == 2, second.stderr
+        assert f"another supervisor (pid {first.pid}) already runs" in second.stderr
+        assert first.poll() is None                       # the first is untouched
+        # Nothing recorded: one life, one run, no incident (no false unclean stop).
+        lives = json.loads(sup("export", "--what", "services", "--format", "json",
+                               "--policy", str(policy)).stdout)
+        assert [life["pid"] for life in lives] == [first.pid]
+        assert len(json.loads(sup("runs", "--policy", str(policy), "--json").stdout)) == 1
+        assert sup("incidents", "--policy", str(policy), "--json").stdout.strip() == "[]"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=30)
+    assert first.returncode == 0, err
