@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from supervisor.act.processes import group_members
-from supervisor.policy import Policy
 from supervisor.record.store import Store
 from supervisor.service import Supervisor
 from supervisor.states import EngineState
@@ -19,9 +18,8 @@ from tests.process.test_launcher import wait_for
 FAST = {"tick_seconds": 0.2, "probe_timeout_seconds": 1}
 
 
-def make(tmp_path: Path, modes: list[dict], policy: Policy | None = None,
-         **sections) -> tuple[Supervisor, Store]:
-    policy = policy or fake_engine_policy(tmp_path, modes=modes, sampling=FAST, **sections)
+def make(tmp_path: Path, modes: list[dict], **sections) -> tuple[Supervisor, Store]:
+    policy = fake_engine_policy(tmp_path, modes=modes, sampling=FAST, **sections)
     store = Store.open(policy.database_url, fleet=policy.fleet)
     return Supervisor(policy, store), Store.open(policy.database_url, fleet=policy.fleet)
 
@@ -90,7 +88,9 @@ async def test_leftover_engine_of_an_earlier_life_is_killed_at_start(tmp_path: P
     first.launcher._state = EngineState.STOPPED
     await asyncio.wait_for(task, 10)
     assert group_members(old_pid) != []
-    second, _ = make(tmp_path, [{"name": "only"}], policy=first.policy)
+    # Its own policy: another engine port, so the leftover is not this policy's engine
+    # (not adoptable) and must be killed.
+    second, _ = make(tmp_path, [{"name": "only"}])
     task = asyncio.create_task(second.run())
     await wait_for(lambda: second.launcher.state is EngineState.READY, what="new engine")
     assert group_members(old_pid) == []
