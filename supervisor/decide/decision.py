@@ -37,10 +37,6 @@ class Action(StrEnum):
     limit, one level up)."""
 
 
-#: Actions that stop the current engine and start another one.
-SWITCHES = frozenset({Action.RESTART, Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP,
-                      Action.RELOAD})
-
 
 @dataclass(frozen=True, slots=True)
 class Decision:

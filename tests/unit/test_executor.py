@@ -1,0 +1,165 @@
+"""The executor alone (issue 18): decisions in, side effects out, with recording fakes
+for the engine's owner, the gateway and the recorder (llama-swap's ``fakeEffects``
+shape). The fakes record calls only; the real launcher, gateway and recorder have their
+own process tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from supervisor.act.effects import Executor
+from supervisor.act.incident import Incident, Transition
+from supervisor.act.launcher import EngineRun
+from supervisor.decide.decision import Action, Decision
+from supervisor.decide.findings import Finding, Severity
+from supervisor.errors import EngineStopTimeout
+from supervisor.states import CrashReason, EngineState
+from tests.conftest import fake_engine_policy
+
+
+class FakeEngine:
+    """Records start/stop/kill; ``state`` is what the test sets."""
+
+    def __init__(self, state: EngineState = EngineState.READY, stop_fails: bool = False):
+        self.state = state
+        self.run: EngineRun | None = None
+        self.calls: list[tuple] = []
+        self.stop_fails = stop_fails
+
+    async def start(self, *, rung: int) -> EngineRun:
+        self.calls.append(("start", rung))
+        self.run = EngineRun(run_id=f"run-{len(self.calls)}", rung=rung, mode=f"m{rung}",
+                             argv=["vllm"], log_path=Path("/tmp/x.log"), tmp_dir=Path("/tmp"),
+                             started_s=0.0, started_at=datetime.now(UTC), pid=1234)
+        return self.run
+
+    async def stop(self, *, reason: str) -> None:
+        self.calls.append(("stop", reason))
+        if self.stop_fails:
+            raise EngineStopTimeout("survived", engine_pid=1234, survivors=[1235])
+
+    async def kill(self, *, reason: str, crash: CrashReason | None = None,
+                   emergency: str | None = None) -> None:
+        self.calls.append(("kill", reason, crash, emergency))
+
+
+class FakeGateway:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def hold(self, reason: str, *, drain: bool = True) -> None:
+        self.calls.append(("hold", drain))
+
+    def release(self, rung: int) -> None:
+        self.calls.append(("release", rung))
+
+    def set_shed(self, shed: bool) -> None:
+        self.calls.append(("shed", shed))
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.incidents: list[tuple[Incident, Transition | None, tuple[Finding, ...]]] = []
+        self.decisions: list[str] = []
+        self.runs: list[tuple[str, int]] = []
+
+    def decision(self, action: str) -> None:
+        self.decisions.append(action)
+
+    def incident(self, incident: Incident, transition: Transition | None = None,
+                 findings: tuple[Finding, ...] = ()) -> None:
+        self.incidents.append((incident, transition, findings))
+
+    def run_started(self, run: EngineRun, port: int) -> None:
+        self.runs.append((run.run_id, port))
+
+
+@pytest.fixture
+def rig(tmp_path):
+    policy = fake_engine_policy(tmp_path)
+    engine, gateway, recorder = FakeEngine(), FakeGateway(), FakeRecorder()
+    pokes: list[float] = []
+    gave_up: list[bool] = []
+    executor = Executor(policy, engine, recorder, poke_at=pokes.append,
+                        give_up=lambda: gave_up.append(True), gateway=gateway,
+                        kernel_lines=lambda: ["NVRM: Xid 79"])
+    return executor, engine, gateway, recorder, pokes, gave_up, policy
+
+
+def finding(kind: str, severity: Severity, guard: str = "g") -> Finding:
+    return Finding(guard, kind, severity, f"{kind} seen", {}, "run-0")
+
+
+async def test_start_launches_and_records_the_run(rig) -> None:
+    executor, engine, _, recorder, pokes, _, policy = rig
+    await executor.carry_out(Decision(Action.START, 1, "start safe"), from_rung=1)
+    assert engine.calls == [("start", 1)]
+    assert recorder.runs == [("run-1", policy.engine.port)]
+    assert recorder.decisions == ["start"] and recorder.incidents == [] and pokes == []
+
+
+async def test_graceful_step_down_drains_then_stops_and_records_the_transition(rig) -> None:
+    executor, engine, gateway, recorder, pokes, _, _ = rig
+    f = finding("memory_pressure", Severity.WARNING, guard="memory_pressure")
+    await executor.carry_out(Decision(Action.STEP_DOWN, 1, "step down", (f,),
+                                      delay_seconds=2.0), from_rung=0)
+    assert gateway.calls == [("hold", True)]
+    assert engine.calls == [("stop", "step_down to safe")]
+    ((inc, tr, fs),) = recorder.incidents
+    assert (inc.kind, inc.severity, inc.mode, inc.kernel_lines) == (
+        "memory_pressure", "warning", "fast", ["NVRM: Xid 79"])
+    assert (tr.from_mode, tr.to_mode, tr.actor) == ("fast", "safe", "guard:memory_pressure")
+    assert fs == (f,) and pokes == [2.0]
+
+
+async def test_a_critical_finding_kills_without_a_drain(rig) -> None:
+    executor, engine, gateway, recorder, pokes, _, _ = rig
+    f = finding("engine_core_died", Severity.CRITICAL)
+    await executor.carry_out(Decision(Action.RESTART, 0, "restart", (f,)), from_rung=0)
+    assert gateway.calls == [("hold", False)]
+    assert engine.calls == [("kill", "restart: engine_core_died",
+                             CrashReason.ENGINE_CORE_DIED, None)]
+    ((inc, tr, _),) = recorder.incidents
+    assert inc.kind == "engine_core_died" and tr is None and pokes == [0.0]
+
+
+async def test_kill_now_names_the_emergency(rig) -> None:
+    executor, engine, _, recorder, _, _, _ = rig
+    f = finding("memory_floor", Severity.EMERGENCY)
+    await executor.carry_out(Decision(Action.KILL_NOW, 1, "kill", (f,)), from_rung=0)
+    assert engine.calls == [("kill", "kill_now: memory_floor", None, "memory_floor")]
+    assert recorder.incidents[0][1].to_mode == "safe"
+
+
+async def test_a_stop_that_times_out_is_its_own_critical_incident(rig) -> None:
+    executor, engine, _, recorder, pokes, _, _ = rig
+    engine.stop_fails = True
+    await executor.carry_out(Decision(Action.STEP_UP, 0, "step up"), from_rung=1)
+    kinds = [(i.kind, i.severity) for i, _, _ in recorder.incidents]
+    assert kinds == [("step_up", "info"), ("engine_stop_timeout", "critical")]
+    assert recorder.incidents[1][0].findings == [{"survivors": [1235]}]
+    assert pokes == [0.0]
+
+
+async def test_give_up_asks_the_service_to_stop(rig) -> None:
+    executor, engine, _, recorder, pokes, gave_up, _ = rig
+    engine.state = EngineState.CRASHED
+    await executor.carry_out(Decision(Action.GIVE_UP, 1, "gave up"), from_rung=1)
+    assert gave_up == [True] and pokes == []
+    assert recorder.incidents[0][0].outcome == "gave up: service exits 1"
+
+
+async def test_shed_moves_the_gateway_and_hold_notes_a_finding_once_per_run(rig) -> None:
+    executor, engine, gateway, recorder, _, _, _ = rig
+    await executor.carry_out(Decision(Action.SHED, 0, "shed", shed=True), from_rung=0)
+    assert gateway.calls == [("shed", True)] and engine.calls == []
+    f = finding("memory_creep", Severity.INFO)
+    for _ in range(3):
+        await executor.carry_out(Decision(Action.HOLD, 0, "hold", (f,)), from_rung=0)
+    assert [i.kind for i, _, _ in recorder.incidents] == ["shed", "memory_creep"]
+    assert recorder.decisions == ["shed"]          # a HOLD is not an action taken
+    executor.engine_ready(1)
+    assert gateway.calls[-1] == ("release", 1)
