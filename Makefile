@@ -40,6 +40,7 @@ test: setup chromium
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) .supervisor

@@ -68,10 +68,10 @@ def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
         engine_steps_per_second=rate("iteration_tokens_count_total"),
         spec_acceptance_ratio=(accepted / draft_tokens
                                if accepted is not None and draft_tokens else None),
-        spec_mean_acceptance_length=(1 + accepted / drafts
-                                     if accepted is not None and has_drafts else None),
-        spec_acceptance_by_position=(tuple(a / drafts for a in by_pos)
-                                     if by_pos is not None and has_drafts else None),
+        spec_mean_acceptance_length=(1 + accepted / drafts if accepted is not None
+                                     and drafts is not None and has_drafts else None),
+        spec_acceptance_by_position=(tuple(a / drafts for a in by_pos) if by_pos is not None
+                                     and drafts is not None and has_drafts else None),
         spec_drafts=drafts,
         tokens_per_second_per_request=per_request,
         requests_finished=tpot_n,

@@ -147,7 +147,8 @@ class Sample:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
         """Inverse of ``to_dict`` (JSON lists become tuples). Unknown keys raise TypeError."""
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in data.items()}
         if values.get("engine_state") is not None:
             values["engine_state"] = EngineState(values["engine_state"])
         return cls(**values)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.telemetry.sample import Sample
 
 __all__ = ["GUARD", "check"]
 
@@ -22,7 +23,7 @@ def check(sit: Situation) -> list[Finding]:
     if budget is None or s is None or s.gateway_prompt_tokens_in_flight is None:
         return []
 
-    def over(x) -> bool:
+    def over(x: Sample) -> bool:
         return (x.gateway_prompt_tokens_in_flight or 0) > budget
 
     held = sit.window.held_for(over, sit.now_s)

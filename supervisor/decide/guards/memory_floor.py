@@ -28,16 +28,17 @@ def check(sit: Situation) -> list[Finding]:
                      and s.engine_state is not EngineState.STOPPED):
         return []
     running = s.engine_state in (EngineState.STARTING, EngineState.READY)
-    known = [x for x in sit.window if x.mem_available_bytes is not None]
-    recent = known[-cfg.consecutive_samples:]
+    known = [x.mem_available_bytes for x in sit.window if x.mem_available_bytes is not None]
+    times = [x.t_s for x in sit.window if x.mem_available_bytes is not None]
+    recent, recent_t = known[-cfg.consecutive_samples:], times[-cfg.consecutive_samples:]
     # "Consecutive" means spread over ticks: event ticks (a crash, ready) can come
     # milliseconds after a scheduled one, and two readings of one dip are one reading.
-    spread = (recent[-1].t_s - recent[0].t_s if recent else 0.0) >= \
+    spread = (recent_t[-1] - recent_t[0] if recent_t else 0.0) >= \
         0.5 * sit.policy.sampling.tick_seconds * (cfg.consecutive_samples - 1)
     if len(recent) == cfg.consecutive_samples and spread and all(
-            x.mem_available_bytes < cfg.min_available_bytes for x in recent):
-        avail = recent[-1].mem_available_bytes
-        evidence = {"mem_available_bytes": [x.mem_available_bytes for x in recent],
+            x < cfg.min_available_bytes for x in recent):
+        avail = recent[-1]
+        evidence = {"mem_available_bytes": list(recent),
                     "min_available_bytes": cfg.min_available_bytes,
                     "consecutive_samples": cfg.consecutive_samples,
                     "engine_rss_bytes": s.engine_rss_bytes, "run_id": s.engine_run_id,
@@ -50,18 +51,18 @@ def check(sit: Situation) -> list[Finding]:
         lines = [e for x in sit.run_samples() for e in (x.kernel_events or ())
                  if e == "nv_err_no_memory"]
         if lines:
-            avail = s.mem_available_bytes
-            evidence = {"kernel_events": len(lines), "mem_available_bytes": avail,
+            now_avail = s.mem_available_bytes
+            evidence = {"kernel_events": len(lines), "mem_available_bytes": now_avail,
                         "min_available_bytes": cfg.min_available_bytes, "run_id": s.engine_run_id}
             # Healthy starts print it too (vllm #56824): an emergency only with memory
             # actually low (under twice the floor) or unknown; otherwise on record.
-            if avail is None or avail < 2 * cfg.min_available_bytes:
+            if now_avail is None or now_avail < 2 * cfg.min_available_bytes:
                 return [Finding(GUARD, "nv_err_no_memory", Severity.EMERGENCY,
                                 "NV_ERR_NO_MEMORY in the kernel log with MemAvailable low: "
                                 "unified memory exhausted", evidence, s.engine_run_id,
                                 Response.KILL_STEP_DOWN)]
             return [Finding(GUARD, "nv_err_no_memory", Severity.INFO,
                             f"NV_ERR_NO_MEMORY in the kernel log, MemAvailable still "
-                            f"{avail / 2**30:.1f} GiB: recorded", evidence, s.engine_run_id,
+                            f"{now_avail / 2**30:.1f} GiB: recorded", evidence, s.engine_run_id,
                             Response.RECORD)]
     return []

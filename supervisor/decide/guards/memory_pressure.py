@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.telemetry.sample import Sample
 
 __all__ = ["GUARD", "check"]
 
@@ -21,7 +22,7 @@ def check(sit: Situation) -> list[Finding]:
     if s is None or s.psi_memory_full_avg10_ratio is None:
         return []
 
-    def high(x) -> bool:
+    def high(x: Sample) -> bool:
         v = x.psi_memory_full_avg10_ratio
         return v is not None and v >= cfg.full_avg10_ratio
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.telemetry.sample import Sample
 
 __all__ = ["GUARD", "check"]
 
@@ -25,7 +26,7 @@ def check(sit: Situation) -> list[Finding]:
     out = []
     now = sit.now_s
 
-    def hot(x) -> bool:
+    def hot(x: Sample) -> bool:
         return x.gpu_temperature_c is not None and x.gpu_temperature_c >= cfg.max_temperature_c
 
     held = sit.window.held_for(hot, now)
@@ -40,7 +41,7 @@ def check(sit: Situation) -> list[Finding]:
                            s.engine_run_id, Response.SHED_FIRST))
     bad = set(cfg.throttle_reasons)
 
-    def throttled(x) -> bool:
+    def throttled(x: Sample) -> bool:
         return bool(x.gpu_clock_event_reasons and bad & set(x.gpu_clock_event_reasons))
 
     held = sit.window.held_for(throttled, now)
