@@ -18,7 +18,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -40,6 +40,9 @@ from supervisor.policy_guards import (
     Guards,
     Hysteresis,
     RecoverySpec,
+    Restart,
+    Sampling,
+    Storage,
 )
 
 __all__ = [
@@ -165,75 +168,6 @@ class Mode(_Model):
     def speculative(self) -> bool:
         """True when this mode turns on speculative decoding (``--speculative-config``)."""
         return bool(self.args.get("--speculative-config"))
-
-
-class Restart(_Model):
-    """Crash handling, in systemd's words (RestartSec=, StartLimitBurst=, ...).
-
-    A crash (any exit the supervisor did not ask for, a failed start, a dead EngineCore)
-    restarts the engine after a delay that starts at ``restart_delay_seconds`` and doubles
-    per crash of the same rung up to ``restart_delay_max_seconds``. When the same rung
-    has crashed ``start_limit_burst`` times within ``start_limit_interval_seconds`` the
-    engine steps down one rung; on the last rung it gives up and the service exits 1.
-    """
-
-    restart_delay_seconds: Annotated[float, Field(ge=0)] = 0.0
-    restart_delay_max_seconds: Annotated[float, Field(ge=0)] = 60.0
-    start_limit_burst: Annotated[int, Field(ge=1)] = 3
-    start_limit_interval_seconds: Annotated[float, Field(gt=0)] = 600.0
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Restart:
-        if self.restart_delay_max_seconds < self.restart_delay_seconds:
-            raise ValueError("restart_delay_max_seconds must be >= restart_delay_seconds")
-        return self
-
-
-class Sampling(_Model):
-    """The tick: how often the supervisor samples the engine and decides."""
-
-    tick_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
-    probe_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
-    """Timeout of one ``/health`` or ``/metrics`` request. A slow probe under load is
-    recorded as slow, never as a dead engine."""
-    window_seconds: Annotated[float, Field(gt=0)] = 600.0
-    """How much history the decision window keeps."""
-    canary_after_seconds: Annotated[float, Field(gt=0)] = 10.0
-    """Requests running or waiting while the engine-step counter stays flat this long:
-    send one canary request (at most once per this interval)."""
-    canary_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
-    pss_interval_seconds: Annotated[float, Field(ge=0)] = 30.0
-    """How often the engine's PSS is read (a smaps walk of a multi-GB process costs tens
-    of ms of CPU); in between, the last value is reported. 0: every tick."""
-    gpu_index: Annotated[int, Field(ge=0)] = 0
-    """Which NVML device to read (the one the engine runs on)."""
-    kernel_log: bool = True
-    """Follow /dev/kmsg (or ``journalctl -k``) for Xid, NV_ERR_NO_MEMORY and OOM lines."""
-
-
-class Storage(_Model):
-    """Where the supervisor keeps its database and the engine logs."""
-
-    state_directory: str = ".supervisor"
-    database_url: str | None = None
-    """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``."""
-    after_host_reset: Literal["one_rung_down", "same_rung", "initial"] = "one_rung_down"
-    """Where to start after the host went down with the engine running (boot id changed,
-    no clean-stop marker): the engine's configuration may have been what froze it."""
-    telemetry_retention_days: Annotated[float, Field(gt=0)] = 30.0
-    incident_retention_days: Annotated[float, Field(gt=0)] = 365.0
-    downsample_after_seconds: Annotated[float, Field(gt=0)] = 86400.0
-    """Telemetry older than this is folded from 10 s rows into 1 min rows."""
-    heartbeat_seconds: Annotated[float, Field(gt=0)] = 30.0
-    retention_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
-    engine_log_max_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
-    """An engine log past this is rotated (copied to .1 and truncated: the engine keeps
-    its file open)."""
-    engine_logs_keep: Annotated[int, Field(ge=1)] = 50
-    """Logs of this many past engine runs are kept; older ones are deleted."""
-    spool_max_bytes: Annotated[int, Field(ge=1)] = 256 * 1024 * 1024
-    """Writes the database refused wait in <state_directory>/spool.jsonl up to this size
-    (past it, only telemetry and heartbeats are dropped)."""
 
 
 class Policy(_Model):

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
+from supervisor.act.engine_run import EngineRun
 from supervisor.act.incident import Incident, Transition
-from supervisor.act.launcher import EngineRun
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Severity
 from supervisor.errors import EngineStopTimeout

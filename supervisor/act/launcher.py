@@ -10,27 +10,27 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import psutil
 
+from supervisor.act.engine_run import EngineRun, new_run_id, run_tmp_dir, utcnow
 from supervisor.act.logtail import LogTail
 from supervisor.act.processes import (
     group_members,
     kill_group,
+    looks_like,
     remove_stale_shm,
     shm_snapshot,
+    spawn_engine,
+    stop_leftover_group,
 )
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
@@ -41,77 +41,13 @@ from supervisor.sense.probes import probe_health
 from supervisor.sense.process_tree import read_process_tree
 from supervisor.states import CrashReason, EngineState, EngineStatus
 
-__all__ = ["EngineLauncher", "EngineRun"]
+__all__ = ["EngineLauncher"]
 
 logger = logging.getLogger(__name__)
 
 #: How often /health is polled while the engine starts. vLLM binds its HTTP port only
 #: once the engine core is up, so a 200 means the model is loaded.
 READY_POLL_SECONDS = 0.25
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def new_run_id() -> str:
-    """A sortable, readable id for one engine run: ``20261129T211530-3fa2``."""
-    return _utcnow().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
-
-
-#: Longest TMPDIR we give the engine. vLLM binds ZMQ IPC sockets named by a UUID in it,
-#: and a UNIX socket path may not exceed 107 bytes (sockaddr_un.sun_path); a run under a
-#: deep state directory failed to start with "ipc path ... is longer than 107 characters".
-MAX_TMPDIR_CHARS = 60
-
-
-def run_tmp_dir(run_id: str) -> Path:
-    """The private TMPDIR of run ``run_id``: short enough for vLLM's IPC socket paths."""
-    path = Path(tempfile.gettempdir()) / f"vllm-sup-{run_id}"
-    return path if len(str(path)) <= MAX_TMPDIR_CHARS else Path("/tmp") / f"vllm-sup-{run_id}"
-
-
-@dataclass
-class EngineRun:
-    """One launch of the engine, from spawn to the moment its group is gone.
-
-    Times: ``*_s`` monotonic seconds, ``*_at`` UTC datetimes.
-    """
-
-    run_id: str
-    rung: int
-    mode: str
-    argv: list[str]
-    log_path: Path
-    tmp_dir: Path
-    started_s: float
-    started_at: datetime
-    pid: int | None = None
-    ready_s: float | None = None
-    ready_at: datetime | None = None
-    exited_s: float | None = None
-    ended_at: datetime | None = None
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    planned_stop: bool = False
-    crash_reason: CrashReason | None = None
-    error: str | None = None
-    """Why the spawn failed, when it did."""
-    kill_reason: str | None = None
-    """Why the supervisor killed it on purpose (an emergency), if it did."""
-    shm_before: set[str] = field(default_factory=set, repr=False)
-    log_tail: LogTail | None = field(default=None, repr=False)
-    """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
-
-    @property
-    def pgid(self) -> int | None:
-        """The engine's process group: the API server was started as a session leader."""
-        return self.pid
-
-    @property
-    def startup_seconds(self) -> float | None:
-        """Seconds from spawn to the first /health 200, if it got there."""
-        return None if self.ready_s is None else self.ready_s - self.started_s
 
 
 class EngineLauncher:
@@ -214,17 +150,17 @@ class EngineLauncher:
             run_id=run_id, rung=rung, mode=mode.name, argv=build_argv(self.policy, mode),
             log_path=state_dir / "logs" / f"engine-{run_id}.log",
             tmp_dir=run_tmp_dir(run_id),
-            started_s=self._clock(), started_at=_utcnow(), shm_before=shm_snapshot(),
+            started_s=self._clock(), started_at=utcnow(), shm_before=shm_snapshot(),
         )
         run.log_tail = LogTail(run.log_path)
         self._run = run
         self._exited = asyncio.Event()
         try:
-            self._proc = await self._spawn(run)
+            self._proc = await spawn_engine(run, self.policy)
         except (EngineStartError, OSError, subprocess.SubprocessError) as exc:
             run.error = str(exc)
             run.crash_reason = CrashReason.SPAWN_FAILED
-            run.ended_at = _utcnow()
+            run.ended_at = utcnow()
             self._exited.set()
             self._set(EngineState.CRASHED, f"spawn failed: {exc}")
             return run
@@ -235,29 +171,6 @@ class EngineLauncher:
         self._spawn_task(self._watch_exit(run, self._proc))
         self._spawn_task(self._watch_ready(run))
         return run
-
-    async def _spawn(self, run: EngineRun) -> asyncio.subprocess.Process:
-        eng = self.policy.engine
-        owner = _port_owner(eng.host, eng.port)
-        if owner is not None:
-            raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
-        try:
-            run.log_path.parent.mkdir(parents=True, exist_ok=True)
-            run.tmp_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **eng.environment,
-               "TMPDIR": str(run.tmp_dir)}
-        try:
-            with open(run.log_path, "ab") as log:
-                return await asyncio.create_subprocess_exec(
-                    *run.argv, cwd=self.policy.working_directory, env=env,
-                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=_ENGINE_SCHEDULING.apply,
-                )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise EngineStartError(f"cannot execute {run.argv[0]}: "
-                                   f"{getattr(exc, 'strerror', None) or exc}") from exc
 
     async def _watch_exit(self, run: EngineRun, proc: asyncio.subprocess.Process) -> None:
         rc = await proc.wait()
@@ -290,7 +203,7 @@ class EngineLauncher:
             return  # a stop or kill we asked for, or a crash already declared
         was_ready = self._state is EngineState.READY
         run.crash_reason = CrashReason.EXITED if was_ready else CrashReason.START_FAILED
-        run.ended_at = _utcnow()
+        run.ended_at = utcnow()
         self._set(EngineState.CRASHED, f"exited with {how} without being asked")
 
     async def _watch_ready(self, run: EngineRun) -> None:
@@ -301,13 +214,13 @@ class EngineLauncher:
                 if self._run is not run or self._state is not EngineState.STARTING:
                     return
                 if status == 200:
-                    run.ready_s, run.ready_at = self._clock(), _utcnow()
+                    run.ready_s, run.ready_at = self._clock(), utcnow()
                     self._watch_children(run)
                     self._set(EngineState.READY, f"/health 200 after {run.startup_seconds:.1f} s")
                     return
                 if self._clock() >= deadline:
                     run.crash_reason = CrashReason.START_TIMEOUT
-                    run.ended_at = _utcnow()
+                    run.ended_at = utcnow()
                     self._set(EngineState.CRASHED, "no /health 200 within "
                               f"{self.policy.engine.start_timeout_seconds:g} s")
                     return
@@ -348,7 +261,7 @@ class EngineLauncher:
         tree = read_process_tree(run.pid) if run.pid else None
         if tree is not None and tree.api_server_alive and (worker or not tree.engine_core_alive):
             run.crash_reason = CrashReason.ENGINE_CORE_DIED
-            run.ended_at = _utcnow()
+            run.ended_at = utcnow()
             what = f"{title} pid {pid} died" if title else f"engine child pid {pid} died"
             self._set(EngineState.CRASHED, f"{what}; the engine cannot go on")
 
@@ -437,12 +350,12 @@ class EngineLauncher:
                 # Recorded as stopped all the same: the ladder goes on (a new start then
                 # meets the port still held, a failed spawn with backoff and give-up),
                 # instead of waiting forever on processes SIGKILL cannot end (D state).
-                run.ended_at = run.ended_at or _utcnow()
+                run.ended_at = run.ended_at or utcnow()
                 self._set(EngineState.STOPPED, f"pids {survivors} survived SIGKILL")
                 raise EngineStopTimeout(
                     f"engine run {run.run_id}: pids {survivors} of group {run.pgid} survived "
                     f"SIGKILL for {timeout:g} s", engine_pid=run.pid, survivors=survivors)
-        run.ended_at = run.ended_at or _utcnow()
+        run.ended_at = run.ended_at or utcnow()
         self._cleanup(run)
         self._set(EngineState.STOPPED, "process group gone")
 
@@ -466,10 +379,10 @@ class EngineLauncher:
         if self._state is not EngineState.STOPPED:
             raise EngineStartError(f"engine already {self._state}", engine_pid=self._pid())
         argv = build_argv(self.policy, self.policy.modes[rung])
-        if not group_members(pid) or not _looks_like(pid, argv) or \
+        if not group_members(pid) or not looks_like(pid, argv) or \
                 psutil.Process(pid).cmdline() != argv:
             return None
-        age = max(0.0, (_utcnow() - started_at).total_seconds())
+        age = max(0.0, (utcnow() - started_at).total_seconds())
         run = EngineRun(run_id=run_id, rung=rung, mode=self.policy.modes[rung].name, argv=argv,
                         log_path=log_path, tmp_dir=run_tmp_dir(run_id),
                         started_s=self._clock() - age, started_at=started_at, pid=pid)
@@ -486,7 +399,7 @@ class EngineLauncher:
         logger.info("engine run %s: adopted pid %d (mode %s) from an earlier life", run_id,
                     pid, run.mode)
         if status == 200:
-            run.ready_s, run.ready_at = self._clock(), _utcnow()
+            run.ready_s, run.ready_at = self._clock(), utcnow()
             self._watch_children(run)
             self._set(EngineState.READY, "adopted, /health 200")
         else:
@@ -505,23 +418,8 @@ class EngineLauncher:
         Raises: EngineStopTimeout when some survive.
         """
         shutil.rmtree(run_tmp_dir(run_id), ignore_errors=True)
-        members = group_members(pid)
-        if not members or not any(_looks_like(m, argv) for m in members):
-            return []
-        logger.warning("engine group %d from an earlier run is still alive (pids %s): "
-                       "stopping it", pid, members)
-        kill_group(pid, signal.SIGTERM)
-        deadline = self._clock() + self.policy.engine.kill_timeout_seconds
-        while group_members(pid) and self._clock() < deadline:
-            await asyncio.sleep(0.1)
-        kill_group(pid, signal.SIGKILL)
-        deadline = self._clock() + self.policy.engine.kill_timeout_seconds
-        while (left := group_members(pid)) and self._clock() < deadline:
-            await asyncio.sleep(0.05)
-        if left:
-            raise EngineStopTimeout(f"leftover engine group {pid}: {left} survived SIGKILL",
-                                    engine_pid=pid, survivors=left)
-        return members
+        return await stop_leftover_group(pid, argv, self.policy.engine.kill_timeout_seconds,
+                                         self._clock)
 
     async def close(self) -> None:
         """Cancel the watcher tasks (the engine itself is left as it is)."""
@@ -529,60 +427,3 @@ class EngineLauncher:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-class _Scheduling:
-    """The CPU scheduling an engine starts with: the normal class, every CPU, nice 0,
-    oom_score_adj 0.
-
-    The unit file runs the supervisor round-robin at a low real-time priority (so the
-    engine cannot starve its ticks, shared/CPU_ENGINE.md); children inherit that, and an
-    engine in a real-time class would starve the whole box. Captured in the parent, applied
-    in the child between fork and exec (os calls only: no lock a thread might hold).
-    """
-
-    def __init__(self) -> None:
-        self.cpus = set(range(os.cpu_count() or 1))
-
-    def apply(self) -> None:
-        if os.sched_getscheduler(0) != os.SCHED_OTHER:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        if os.sched_getaffinity(0) != self.cpus:
-            os.sched_setaffinity(0, self.cpus)
-        if os.getpriority(os.PRIO_PROCESS, 0) < 0:
-            os.setpriority(os.PRIO_PROCESS, 0, 0)
-        # The unit shields the supervisor from the OOM killer; the engine must stay the
-        # one it picks (raising oom_score_adj back to 0 needs no privilege).
-        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR)
-        try:
-            if int(os.read(fd, 16) or b"0") < 0:
-                os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
-
-_ENGINE_SCHEDULING = _Scheduling()
-
-
-def _looks_like(pid: int, argv: list[str]) -> bool:
-    try:
-        cmdline = psutil.Process(pid).cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-    return cmdline == argv or bool(cmdline and cmdline[0].startswith("VLLM::"))
-
-
-def _port_owner(host: str, port: int) -> str | None:
-    """None if nothing listens on host:port; else a description of who does."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        if sock.connect_ex((host, port)) != 0:
-            return None
-    try:
-        for conn in psutil.net_connections(kind="tcp"):
-            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
-            if listening and conn.laddr.port == port and conn.pid:
-                return f" by pid {conn.pid} ({psutil.Process(conn.pid).name()})"
-    except (psutil.AccessDenied, psutil.NoSuchProcess):
-        return " (owner unknown: not allowed to list sockets)"
-    return ""

@@ -1,4 +1,4 @@
-"""Process-group and leftover-file helpers for the launcher (Linux only).
+"""Process groups, leftover files and spawning the engine, for the launcher (Linux only).
 
 vLLM's engine is a tree: the API server, ``VLLM::EngineCore``, ``VLLM::Worker`` and a
 multiprocessing resource tracker. Killed alone, the API server leaves the others running
@@ -9,21 +9,34 @@ finishes a stop by checking that no process of that group is left.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
-from collections.abc import Iterable
+import socket
+import subprocess
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
 
+from supervisor.act.engine_run import EngineRun
+from supervisor.errors import EngineStartError, EngineStopTimeout
+from supervisor.policy import Policy
+
 __all__ = [
+    "ENGINE_SCHEDULING",
     "SHM_DIR",
     "SHM_PREFIXES",
+    "EngineScheduling",
     "group_members",
     "kill_group",
+    "looks_like",
+    "port_owner",
     "remove_stale_shm",
     "shm_snapshot",
+    "spawn_engine",
+    "stop_leftover_group",
 ]
 
 logger = logging.getLogger(__name__)
@@ -109,3 +122,114 @@ def remove_stale_shm(before: Iterable[str]) -> list[str]:
             logger.warning("cannot remove %s: %s", SHM_DIR / name, exc)
     return removed
 
+
+class EngineScheduling:
+    """The CPU scheduling an engine starts with: the normal class, every CPU, nice 0,
+    oom_score_adj 0.
+
+    The unit file runs the supervisor round-robin at a low real-time priority (so the
+    engine cannot starve its ticks, shared/CPU_ENGINE.md); children inherit that, and an
+    engine in a real-time class would starve the whole box. Captured in the parent, applied
+    in the child between fork and exec (os calls only: no lock a thread might hold).
+    """
+
+    def __init__(self) -> None:
+        self.cpus = set(range(os.cpu_count() or 1))
+
+    def apply(self) -> None:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if os.sched_getaffinity(0) != self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+        if os.getpriority(os.PRIO_PROCESS, 0) < 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        # The unit shields the supervisor from the OOM killer; the engine must stay the
+        # one it picks (raising oom_score_adj back to 0 needs no privilege).
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR)
+        try:
+            if int(os.read(fd, 16) or b"0") < 0:
+                os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
+ENGINE_SCHEDULING = EngineScheduling()
+
+
+def looks_like(pid: int, argv: list[str]) -> bool:
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return cmdline == argv or bool(cmdline and cmdline[0].startswith("VLLM::"))
+
+
+def port_owner(host: str, port: int) -> str | None:
+    """None if nothing listens on host:port; else a description of who does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        if sock.connect_ex((host, port)) != 0:
+            return None
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
+            if listening and conn.laddr.port == port and conn.pid:
+                return f" by pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+    except (psutil.AccessDenied, psutil.NoSuchProcess):
+        return " (owner unknown: not allowed to list sockets)"
+    return ""
+
+
+async def stop_leftover_group(pid: int, argv: list[str], timeout_s: float,
+                              clock: Callable[[], float]) -> list[int]:
+    """Stop the process group ``pid`` an earlier life of the service left, if one of its
+    live processes still looks like that engine (``looks_like``: a recycled pid is never
+    killed). 1. SIGTERM, wait ``timeout_s``; 2. SIGKILL, wait ``timeout_s``.
+    Returns: the pids found (and killed); [] when there was nothing to stop.
+    Raises: EngineStopTimeout (``.survivors``) when some survive SIGKILL.
+    """
+    members = group_members(pid)
+    if not members or not any(looks_like(m, argv) for m in members):
+        return []
+    logger.warning("engine group %d from an earlier run is still alive (pids %s): "
+                   "stopping it", pid, members)
+    kill_group(pid, signal.SIGTERM)
+    deadline = clock() + timeout_s
+    while group_members(pid) and clock() < deadline:
+        await asyncio.sleep(0.1)
+    kill_group(pid, signal.SIGKILL)
+    deadline = clock() + timeout_s
+    while (left := group_members(pid)) and clock() < deadline:
+        await asyncio.sleep(0.05)
+    if left:
+        raise EngineStopTimeout(f"leftover engine group {pid}: {left} survived SIGKILL",
+                                engine_pid=pid, survivors=left)
+    return members
+
+
+async def spawn_engine(run: EngineRun, policy: Policy) -> asyncio.subprocess.Process:
+    """Start ``run``'s argv in a session of its own (pgid = its pid), its output appended
+    to ``run.log_path``, TMPDIR its private ``run.tmp_dir``, with the scheduling an
+    engine must start with (``ENGINE_SCHEDULING``). Raises EngineStartError when the
+    engine's port is taken, its files cannot be made or its executable cannot run."""
+    eng = policy.engine
+    owner = port_owner(eng.host, eng.port)
+    if owner is not None:
+        raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
+    try:
+        run.log_path.parent.mkdir(parents=True, exist_ok=True)
+        run.tmp_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **eng.environment,
+           "TMPDIR": str(run.tmp_dir)}
+    try:
+        with open(run.log_path, "ab") as log:
+            return await asyncio.create_subprocess_exec(
+                *run.argv, cwd=policy.working_directory, env=env,
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True, preexec_fn=ENGINE_SCHEDULING.apply,
+            )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EngineStartError(f"cannot execute {run.argv[0]}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from exc

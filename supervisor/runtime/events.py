@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from supervisor.act.effects import Executor
-from supervisor.act.launcher import EngineRun
+from supervisor.act.engine_run import EngineRun
 from supervisor.act.systemd import Notifier
 from supervisor.policy_holder import PolicyHolder
 from supervisor.runtime.recorder import Recorder

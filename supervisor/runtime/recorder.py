@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from supervisor.act.engine_run import EngineRun
 from supervisor.act.incident import Incident, Transition
-from supervisor.act.launcher import EngineRun
 from supervisor.decide.findings import Finding
 from supervisor.record.records import AddIncident, AddRun, Record, UpdateRun
 from supervisor.record.writer import RecordWriter

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.act.effects import Executor
+from supervisor.act.engine_run import EngineRun
 from supervisor.act.incident import Incident, Transition
-from supervisor.act.launcher import EngineRun
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Severity
 from supervisor.errors import EngineStopTimeout

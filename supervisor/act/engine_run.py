@@ -1,0 +1,79 @@
+"""``EngineRun``: one launch of the engine, as the launcher keeps it; run ids and the
+run's private TMPDIR."""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from supervisor.act.logtail import LogTail
+from supervisor.states import CrashReason
+
+__all__ = ["MAX_TMPDIR_CHARS", "EngineRun", "new_run_id", "run_tmp_dir", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_run_id() -> str:
+    """A sortable, readable id for one engine run: ``20261129T211530-3fa2``."""
+    return utcnow().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
+
+
+#: Longest TMPDIR we give the engine. vLLM binds ZMQ IPC sockets named by a UUID in it,
+#: and a UNIX socket path may not exceed 107 bytes (sockaddr_un.sun_path); a run under a
+#: deep state directory failed to start with "ipc path ... is longer than 107 characters".
+MAX_TMPDIR_CHARS = 60
+
+
+def run_tmp_dir(run_id: str) -> Path:
+    """The private TMPDIR of run ``run_id``: short enough for vLLM's IPC socket paths."""
+    path = Path(tempfile.gettempdir()) / f"vllm-sup-{run_id}"
+    return path if len(str(path)) <= MAX_TMPDIR_CHARS else Path("/tmp") / f"vllm-sup-{run_id}"
+
+
+@dataclass
+class EngineRun:
+    """One launch of the engine, from spawn to the moment its group is gone.
+
+    Times: ``*_s`` monotonic seconds, ``*_at`` UTC datetimes.
+    """
+
+    run_id: str
+    rung: int
+    mode: str
+    argv: list[str]
+    log_path: Path
+    tmp_dir: Path
+    started_s: float
+    started_at: datetime
+    pid: int | None = None
+    ready_s: float | None = None
+    ready_at: datetime | None = None
+    exited_s: float | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    planned_stop: bool = False
+    crash_reason: CrashReason | None = None
+    error: str | None = None
+    """Why the spawn failed, when it did."""
+    kill_reason: str | None = None
+    """Why the supervisor killed it on purpose (an emergency), if it did."""
+    shm_before: set[str] = field(default_factory=set, repr=False)
+    log_tail: LogTail | None = field(default=None, repr=False)
+    """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
+
+    @property
+    def pgid(self) -> int | None:
+        """The engine's process group: the API server was started as a session leader."""
+        return self.pid
+
+    @property
+    def startup_seconds(self) -> float | None:
+        """Seconds from spawn to the first /health 200, if it got there."""
+        return None if self.ready_s is None else self.ready_s - self.started_s
