@@ -1,4 +1,5 @@
-"""Policy sections for the guards, the ladder's hysteresis and the gateway limits per mode.
+"""Policy sections besides the engine and its modes: restart, sampling, storage, the
+guards, the ladder's hysteresis and the gateway limits per mode.
 
 Every threshold has a default and a one-line reason for it. Defaults are sized for a
 DGX Spark (GB10, 128 GB unified memory); the CPU demo policy scales the memory ones down.

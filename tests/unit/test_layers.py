@@ -99,3 +99,25 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert found == ["show", "sense"]
     assert "show" not in allowed("act") and "sense" not in allowed("decide")
     assert "decide" in allowed("show") and "telemetry" in allowed("sense")
+
+
+#: Size limits of issue 18 (STYLE.md section 4: most modules under ~300 lines, a function
+#: on one screen); the argument parser is one long table and may be longer.
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_SERVICE_LINES = 450, 60, 250
+LONG_FUNCTIONS_ALLOWED = {("cli.py", "_parser")}
+
+
+def test_issue_18_no_module_or_function_too_long() -> None:
+    long = []
+    for path in MODULES:
+        rel = str(path.relative_to(PACKAGE))
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES and (rel, node.name) not in LONG_FUNCTIONS_ALLOWED:
+                    long.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    assert long == []
+    assert len((PACKAGE / "service.py").read_text().splitlines()) < MAX_SERVICE_LINES
