@@ -38,7 +38,7 @@ def test_issue_18_a_reload_replays_as_it_ran_live_with_pins_carried_by_name() ->
     # The new policy renames the fastest mode (mtp2): a request for it is dropped, the
     # running mode and the pin carry over by name.
     new = load_policy(POLICY_YAML.replace("- {name: mtp2,", "- {name: mtp2-new,"))
-    assert [m.name for m in new.modes][0] == "mtp2-new"
+    assert new.modes[0].name == "mtp2-new"
     ladder = LadderState(1, since_s=0, pinned=2, requested=0)
     rung, extra = reloaded(ladder, POLICY, new)
     assert rung == 1 and extra["pinned"] == 2 and extra["requested"] is None
