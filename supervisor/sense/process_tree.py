@@ -29,6 +29,9 @@ class ProcessTree:
     engine_core_rss_bytes: int | None = None
     workers_rss_bytes: int | None = None
     pids: tuple[int, ...] = ()
+    cpu_seconds: float | None = None
+    """User + system CPU seconds of the live processes, with those of children they reaped
+    (compile jobs of a start): grows while a start works, flat while it waits."""
 
 
 def _title(proc: psutil.Process) -> str:
@@ -58,14 +61,17 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
     api_rss: int | None = None
     pss_total: int | None = 0 if pss else None
     pids = []
+    cpu = 0.0
     for proc in procs:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             title = _title(proc)
             mem = proc.memory_info().rss
+            t = proc.cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+        cpu += t.user + t.system + t.children_user + t.children_system
         if pss_total is not None:
             # smaps can be unreadable (another user's engine) while the process is
             # still counted: PSS of the tree is then unknown, not smaller.
@@ -85,4 +91,5 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
         elif title.startswith(PROCESS_TITLES["worker"]):
             workers_rss += mem
     return ProcessTree(True, core, len(pids), rss, pss_total, api_rss,
-                       core_rss if core else None, workers_rss or None, tuple(pids))
+                       core_rss if core else None, workers_rss or None, tuple(pids),
+                       round(cpu, 3))

@@ -131,6 +131,41 @@ class Sample:
     kernel_log_source: str | None = None
     """Where kernel lines come from: kmsg, journalctl, unavailable."""
 
+    # The edges of the engine's life (supervisor.decide.guards.startup, .stop_leftovers).
+    engine_was_ready: bool | None = None
+    """Whether this run ever answered /health 200 (None: no run yet)."""
+    engine_sigterm_ignored: bool | None = None
+    """The run's stop needed SIGKILL: it outlived SIGTERM past the grace period."""
+    mem_available_before_launch_bytes: int | None = None
+    """MemAvailable read just before this run was launched (a run field)."""
+    processes_rss_before_launch_bytes: int | None = None
+    """Summed RSS of every process on the box just before the launch."""
+    processes_rss_bytes: int | None = None
+    """Summed RSS of every process now (read while the engine is stopped): other
+    processes' growth since the launch is not memory the engine failed to give back."""
+    engine_log_lines_total: int | None = None
+    """Log lines this run wrote that show progress (wait-loop lines left out)."""
+    engine_cpu_seconds_total: float | None = None
+    """CPU seconds (user + system) of the run's live process tree: progress while starting."""
+    engine_progress_s: float | None = None
+    """Monotonic time of the last tick a starting run showed work
+    (``supervisor.telemetry.progress``); kept by the sensors across the whole start, which
+    can outlast the window."""
+    engine_leftover_pids: tuple[int, ...] | None = None
+    """Live processes of the run's process group once the launcher no longer runs it
+    (CRASHED, STOPPED); () when none is left, None when not looked at."""
+    engine_leftover_stuck_pids: tuple[int, ...] | None = None
+    """Those of them in uninterruptible sleep (state D: stuck in a driver call)."""
+    engine_leftover_rss_bytes: int | None = None
+    engine_leftover_roles: tuple[str, ...] | None = None
+    """The process titles of the leftovers (``VLLM::EngineCore``, ``VLLM::Worker``...)."""
+    gpu_lost: bool | None = None
+    """NVML answered NVML_ERROR_GPU_IS_LOST this tick (``supervisor.sense.gpu``)."""
+    engine_log_lines: tuple[str, ...] = ()
+    """The engine's new log lines this tick (bounded), kept so replay re-classifies them."""
+    kernel_lines: tuple[str, ...] = ()
+    """The kernel messages the follower classified this tick, raw, for the same reason."""
+
     # Load the gateway reports (None until a gateway runs).
     gateway_requests_in_flight: int | None = None
     gateway_requests_queued: int | None = None

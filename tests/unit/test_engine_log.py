@@ -23,6 +23,12 @@ REQUIRED_TAGS = {
     "rpc_timeout",
     "out_of_memory",
     "insufficient_memory_at_startup",
+    "cuda_graph_capturing",
+    "cuda_graph_captured",
+    "cuda_graph_capture_oom",
+    "bad_argument",
+    "model_not_found",
+    "nccl_init_failed",
 }
 
 
@@ -106,3 +112,53 @@ def test_never_raises(text: str) -> None:
     assert isinstance(tags, tuple)
     assert set(tags) <= REQUIRED_TAGS
     assert len(tags) == len(set(tags))
+
+
+STARTUP_TAGS = ["cuda_graph_capturing", "cuda_graph_capturing", "cuda_graph_captured",
+                "cuda_graph_capture_oom", "nccl_init_failed", "model_not_found",
+                "model_not_found", "bad_argument", "cuda_graph_capturing", "out_of_memory",
+                "cuda_graph_capturing"]
+
+
+@pytest.mark.parametrize(("line", "tag"), list(zip(lines("startup.txt"), STARTUP_TAGS,
+                                                   strict=True)))
+def test_issue_12_start_up_failure_lines_get_their_class(line: str, tag: str) -> None:
+    assert classify_engine_line(line) == (tag,)
+
+
+def test_issue_12_vllms_capture_hint_is_the_phase_not_an_oom() -> None:
+    hint = ("INFO 04-12 08:22:05 [model_runner.py:1456] Capturing cudagraphs for decoding. "
+            "This may lead to unexpected consequences if the model is not static. To run the "
+            "model in eager mode, set 'enforce_eager=True' or use '--enforce-eager' in the "
+            "CLI. If out-of-memory error occurs during cudagraph capture, consider decreasing "
+            "`gpu_memory_utilization` or switching to eager mode.")
+    assert classify_engine_line(hint) == ("cuda_graph_capturing",)
+
+
+@pytest.mark.parametrize(("line", "tag"), [
+    ("api_server.py: error: unrecognized arguments: --bogus-flag 3",
+     "bad_argument:--bogus-flag"),
+    ("api_server.py: error: argument --max-num-seqs: invalid int value: 'many'",
+     "bad_argument:--max-num-seqs"),
+    ("vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from auto)",
+     "bad_argument:--kv-cache-dtype"),
+])
+def test_issue_12_a_refused_argument_names_its_flag(line: str, tag: str) -> None:
+    """argparse's own texts (Lib/argparse.py ArgumentParser.error)."""
+    assert classify_engine_line(line) == (tag,)
+
+
+def test_issue_12_the_wait_for_core_loop_is_not_progress() -> None:
+    from supervisor.sense.engine_log import is_progress
+    wait = ("(APIServer pid=24482) DEBUG 07-15 07:11:34 [v1/engine/utils.py:1239] Waiting for "
+            "1 local, 0 remote core engine proc(s) to start.")
+    assert not is_progress(wait)
+    assert not is_progress("   ")
+    assert is_progress("(EngineCore pid=1) INFO Loading weights took 549.60 seconds")
+
+
+def test_issue_12_the_real_cpu_engines_start_failures() -> None:
+    bad, hf, oserror = lines("cpu-0.32.0-start-failures.txt")
+    assert classify_engine_line(bad) == ("bad_argument:--bogus-flag",)
+    assert classify_engine_line(hf) == ("model_not_found",)
+    assert classify_engine_line(oserror) == ("model_not_found",)

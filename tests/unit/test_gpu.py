@@ -55,6 +55,7 @@ def test_h200_idle_exact_values_and_units() -> None:
         gpu_clock_event_reasons=("gpu_idle",),      # "Idle: Active"
         gpu_engine_memory_used_bytes=0,             # "Processes: None": the engine holds none
         gpu_xid_events=(),
+        gpu_lost=False,
     )
     assert sensor.capabilities == dict.fromkeys(ALL_FIELDS, True)
 
@@ -74,6 +75,7 @@ def test_gb10_serving_memory_not_supported_and_engine_memory_from_its_process() 
         gpu_clock_event_reasons=None,               # not in the recorded nvidia-smi table
         gpu_engine_memory_used_bytes=61383 * MIB,   # VLLM::EngineCore, 61383MiB
         gpu_xid_events=(),
+        gpu_lost=False,
     )
     assert sensor.read(engine_pids={1}).gpu_engine_memory_used_bytes == 0
     assert sensor.read().gpu_engine_memory_used_bytes is None
@@ -158,11 +160,13 @@ def test_nvml_error_in_one_field_leaves_the_others(caplog: pytest.LogCaptureFixt
     fake.failures["nvmlDeviceGetPowerUsage"] = pynvml.NVMLError_GpuIsLost()
     first, second = sensor.read(), sensor.read()
     assert first == second == GpuReading(**{
-        **{f: getattr(healthy, f) for f in ALL_FIELDS}, "gpu_power_w": None})
+        **{f: getattr(healthy, f) for f in ALL_FIELDS}, "gpu_power_w": None,
+        "gpu_lost": True})   # issue 12: NVML's GPU_IS_LOST is the GPU-gone evidence
     assert warnings_of(caplog) == [
         "GPU power: NVMLError_GpuIsLost: GPU is lost (unknown while it lasts; logged once)"]
     del fake.failures["nvmlDeviceGetPowerUsage"]
-    assert sensor.read().gpu_power_w == 74.58
+    back = sensor.read()
+    assert back.gpu_power_w == 74.58 and back.gpu_lost is False
     assert sensor.capabilities["gpu_power_w"] is True
 
 

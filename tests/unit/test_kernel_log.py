@@ -347,3 +347,19 @@ def test_real_dev_kmsg_starts_at_the_end_and_does_not_block() -> None:
         assert all(isinstance(e, KernelEvent) for e in events)
     finally:
         follower.close()
+
+
+def test_issue_12_a_gpu_that_fell_off_the_bus_is_an_event_with_or_without_an_xid() -> None:
+    gone = lines("gpu_lost.txt")
+    for line in (gone[0], gone[1], gone[3]):
+        assert classify_kernel_line(line) == KernelEvent(kind="gpu_lost", message=line)
+    assert classify_kernel_line(gone[2]) is None      # the banner naming the GPU only
+
+
+def test_issue_12_xid_154_carries_the_drivers_recovery_action() -> None:
+    reset, reboot, none = (classify_kernel_line(x) for x in lines("xid154.txt"))
+    assert reset is not None and reboot is not None and none is not None
+    assert (reset.code, reset.recovery_action) == (154, "GPU Reset Required")
+    assert reboot.recovery_action == "Node Reboot Required"
+    assert none.recovery_action == "None"
+    assert classify_kernel_line(XID[9]).recovery_action is None     # an Xid 79 has none
