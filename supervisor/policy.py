@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,6 +40,7 @@ from supervisor.policy_guards import (
     GatewaySpec,
     Guards,
     Hysteresis,
+    LifecycleSpec,
     RecoverySpec,
     Restart,
     Sampling,
@@ -52,6 +54,7 @@ __all__ = [
     "Policy",
     "Restart",
     "Sampling",
+    "StartupFallback",
     "Storage",
     "build_argv",
     "load_policy",
@@ -142,6 +145,48 @@ def _check_known_flag(flag: str, value: ArgValue) -> None:
                              "a draft model path")
 
 
+#: Start-up failure classes a fallback can answer (tags of supervisor.sense.engine_log).
+FallbackClass = Literal["insufficient_memory_at_startup", "cuda_graph_capture_oom",
+                        "out_of_memory"]
+
+
+class StartupFallback(_Model):
+    """One corrective retry of a failed start, tried at most once per start of the mode.
+
+    ``args`` override the mode's arguments for the retry (``{--enforce-eager: true}``);
+    ``lower_memory`` sizes ``--gpu-memory-utilization`` (or ``--kv-cache-memory-bytes`` when
+    the mode sets that) from the MemAvailable recorded before the failed launch, less
+    ``lifecycle.fallback_margin_bytes``.
+    """
+
+    on: FallbackClass
+    args: dict[str, ArgValue] = {}
+    lower_memory: bool = False
+
+    @model_validator(mode="after")
+    def _something(self) -> StartupFallback:
+        if not self.args and not self.lower_memory:
+            raise ValueError("a startup fallback needs args or lower_memory: true")
+        for flag in self.args:
+            _check_known_flag(flag, self.args[flag])
+        return self
+
+
+#: What a mode without ``startup_fallbacks`` retries with. CUDA-graph capture OOM: smaller
+#: capture sizes first, then eager mode, before any memory is given up (vllm #15598: "If you
+#: don't use --enforce-eager, CUDA graph is recorded ... this takes up extra memory";
+#: vllm's own hint 'consider decreasing gpu_memory_utilization or switching to eager
+#: mode', #14447). Too little free memory at start: fit the utilisation to what is free
+#: (vllm #48140, #33297).
+DEFAULT_STARTUP_FALLBACKS: tuple[StartupFallback, ...] = (
+    StartupFallback(on="cuda_graph_capture_oom", args={"--max-cudagraph-capture-size": 16}),
+    StartupFallback(on="cuda_graph_capture_oom", args={"--enforce-eager": True}),
+    StartupFallback(on="cuda_graph_capture_oom", lower_memory=True),
+    StartupFallback(on="insufficient_memory_at_startup", lower_memory=True),
+    StartupFallback(on="out_of_memory", lower_memory=True),
+)
+
+
 class Mode(_Model):
     """One rung of the ladder: a named engine configuration."""
 
@@ -152,6 +197,16 @@ class Mode(_Model):
     ``--speculative-config: {method: mtp, num_speculative_tokens: 2}``."""
     gateway: GatewayLimits = GatewayLimits()
     """Admission limits in this mode; changing only these needs no restart."""
+    startup_fallbacks: list[StartupFallback] | None = None
+    """Corrective retries of a failed start, in order; None: ``DEFAULT_STARTUP_FALLBACKS``,
+    ``[]``: none (a failed start is then an ordinary crash)."""
+
+    @property
+    def fallbacks(self) -> tuple[StartupFallback, ...]:
+        """The fallbacks in effect for this mode."""
+        if self.startup_fallbacks is None:
+            return DEFAULT_STARTUP_FALLBACKS
+        return tuple(self.startup_fallbacks)
 
     @field_validator("args")
     @classmethod
@@ -182,6 +237,7 @@ class Policy(_Model):
     """Mode to start in; default the first (fastest)."""
     restart: Restart = Restart()
     guards: Guards = Guards()
+    lifecycle: LifecycleSpec = LifecycleSpec()
     hysteresis: Hysteresis = Hysteresis()
     gateway: GatewaySpec = GatewaySpec()
     admin: AdminSpec = AdminSpec()
@@ -309,18 +365,20 @@ def render_args(args: dict[str, ArgValue]) -> list[str]:
     return argv
 
 
-def build_argv(policy: Policy, mode: Mode) -> list[str]:
+def build_argv(policy: Policy, mode: Mode,
+               overrides: Iterable[tuple[str, ArgValue]] = ()) -> list[str]:
     """The engine's full argument vector for ``mode``: never a shell string.
 
     Shape: ``[executable, *engine.args, *mode.args, --host H, --port P,
     --shutdown-timeout N]``. ``--shutdown-timeout`` is vLLM's (engine/arg_utils.py): on
-    SIGTERM the server drains in-flight requests for up to N seconds.
+    SIGTERM the server drains in-flight requests for up to N seconds. ``overrides``
+    (a start-up fallback's flags) replace or extend the mode's arguments.
     """
     eng = policy.engine
     return [
         policy.engine_executable,
         *eng.args,
-        *render_args(mode.args),
+        *render_args({**mode.args, **dict(overrides)}),
         "--host", eng.host,
         "--port", str(eng.port),
         "--shutdown-timeout", str(eng.shutdown_timeout_seconds),

@@ -29,6 +29,7 @@ __all__ = [
     "GatewaySpec",
     "Guards",
     "Hysteresis",
+    "LifecycleSpec",
     "LoadBudgetGuard",
     "MemoryFloorGuard",
     "MemoryForecastGuard",
@@ -165,6 +166,37 @@ class Guards(_Model):
     thermal: ThermalGuard = ThermalGuard()
     speculative: SpeculativeGuard = SpeculativeGuard()
     load_budget: LoadBudgetGuard = LoadBudgetGuard()
+
+
+class LifecycleSpec(_Model):
+    """The edges of the engine's life: how a start is judged stuck, how long memory may
+    take to come back after a stop, and the margin of a memory fallback
+    (``supervisor.decide.guards.startup`` and ``.stop_leftovers``)."""
+
+    start_budget_floor_seconds: Seconds = 300.0
+    """A start is stuck only after this long without progress (new log lines, CPU time of
+    its processes, memory growing), or the learned budget of the mode if that is longer.
+    300 s: cold FlashInfer JIT and autotune leave minutes of log silence while the CPU
+    works (vllm #48031: ~7 min cold start on a GB10; a 17-minute cold boot is public)."""
+    start_budget_factor: Annotated[float, Field(ge=1)] = 2.0
+    """Learned budget = this x the longest recent successful start of the mode
+    (``ready_at - started_at`` in the record)."""
+    progress_cpu_ratio: Annotated[float, Field(gt=0, le=64)] = 0.05
+    """CPU seconds per second of the process tree that count as work (5 % of a core): an
+    API server waiting on a dead core uses far less."""
+    progress_rss_bytes: Annotated[int, Field(ge=0)] = 16 * 1024**2
+    """Growth of the tree's RSS between two samples that counts as work (weights loading)."""
+    memory_return_ratio: Annotated[float, Field(ge=0, le=1)] = 0.9
+    """The next start waits until MemAvailable is back to this fraction of what it was
+    before the last launch ..."""
+    memory_return_slack_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
+    """... or to within this many bytes of it, whichever asks less: on a small box 10 % is
+    within the page-cache and other processes' everyday swing."""
+    memory_return_timeout_seconds: Seconds = 120.0
+    """Not back this long after the stop with no engine process left:
+    ``memory_pinned_reboot_required`` (GB10 cold-load failures leave ~100 GiB pinned)."""
+    fallback_margin_bytes: Annotated[int, Field(ge=0)] = 4 * GiB
+    """Kept free when a memory fallback fits the engine to what was free at launch."""
 
 
 _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")

@@ -43,7 +43,9 @@ class CrashReason(StrEnum):
     START_FAILED = "start_failed"
     """It exited before ever becoming ready (bad argument, model not found, OOM at load)."""
     START_TIMEOUT = "start_timeout"
-    """``/health`` never answered 200 within ``engine.start_timeout_seconds``."""
+    """The start made no progress for its budget (``supervisor.decide.guards.startup``:
+    no log line, no CPU work, no memory growth for ``engine.start_timeout_seconds`` or the
+    mode's learned budget); the launcher itself never times a start out."""
     SPAWN_FAILED = "spawn_failed"
     """The process could not be created (no such executable, port already in use)."""
     ENGINE_CORE_DIED = "engine_core_died"
@@ -67,3 +69,11 @@ class EngineStatus:
     exit_code: int | None = None
     exit_signal: int | None = None
     crash_reason: str | None = None
+    was_ready: bool | None = None
+    """Whether the run ever answered /health 200."""
+    sigterm_ignored: bool | None = None
+    """Its stop needed SIGKILL after the SIGTERM grace."""
+    mem_available_before_bytes: int | None = None
+    """MemAvailable read just before the launch."""
+    processes_rss_before_bytes: int | None = None
+    """Summed RSS of every process on the box just before the launch."""

@@ -5,12 +5,18 @@ in; one Decision out. No I/O, no logging, no clock reads: the same call runs liv
 in replay.
 
 Order of precedence (DESIGN.md, "Guards"):
+0. the box needs a reboot (GPU lost, memory pinned, processes stuck in the driver): kill
+   what is left, hold the ladder from then on, alert; a failed start whose class a
+   corrected start can fix retries with the mode's next start-up fallback (bounded per
+   start); a bad argument or a missing model goes to a rung without the flag, else gives
+   up;
 1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down; while the
    engine is stopped, hold its start;
 2. critical (dead, hung): restart with backoff; the start limit steps down; a crash with
    a speculative-decoding signature goes to the first rung without speculation; a crash
    during probation steps back down and bars the rung;
-3. the engine is stopped: start it when the backoff allows; a reloaded policy that
+3. the engine is stopped: start it when the backoff allows, memory is back and no
+   process of the old group is left; a reloaded policy that
    changed the running mode's arguments: drain and restart;
 4. warnings: instant levers first where one helps (shed the gateway's limits: heat,
    throttling, a preemption storm, the load budget), then a graceful step down, within
@@ -35,6 +41,8 @@ from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Finding, Response, Severity
 from supervisor.decide.guards import ALL
 from supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
+from supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
+from supervisor.decide.recommended import RECOMMENDED, recommend
 from supervisor.policy import Policy
 from supervisor.states import EngineState
 from supervisor.telemetry.baselines import Baselines
@@ -47,7 +55,7 @@ HOUR = 3600.0
 
 def findings_of(sit: Situation) -> list[Finding]:
     """Every guard's findings, worst first (stable within a severity: guard order)."""
-    found = [f for guard in ALL for f in guard.check(sit)]
+    found = [recommend(f) for guard in ALL for f in guard.check(sit)]
     return sorted(found, key=lambda f: -f.severity.rank)
 
 
@@ -60,9 +68,16 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
     if ladder.gave_up:
         return Decision(Action.HOLD, ladder.rung, f"gave up: mode "
                         f"{policy.modes[ladder.rung].name} (the last rung) kept crashing")
+    if ladder.reboot_required is not None:
+        action = RECOMMENDED.get(ladder.reboot_required, ("RESTART_BM",))[0]
+        return Decision(Action.HOLD, ladder.rung, f"reboot required "
+                        f"({ladder.reboot_required}; recommended action {action}): the "
+                        "engine stays stopped until the host is rebooted or the operator "
+                        "resumes")
     sit = Situation(window, ladder, policy, now_s, baselines or {})
     findings = findings_of(sit)
-    for step in (_emergency, _crash, _stopped, _reload, _warnings, _pinned, _calm):
+    for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload, _warnings, _pinned,
+                 _calm):
         decision = step(sit, findings)
         if decision is not None:
             return decision
@@ -74,6 +89,43 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
 
 def _name(sit: Situation, rung: int) -> str:
     return sit.policy.modes[rung].name
+
+
+def _reboot(sit: Situation, findings: list[Finding]) -> Decision | None:
+    gone = next((f for f in findings if f.response is Response.REBOOT_REQUIRED), None)
+    if gone is None:
+        return None
+    return Decision(Action.REBOOT_REQUIRED, sit.ladder.rung, f"{gone.summary} -> kill what is "
+                    f"left of the engine, hold, alert (recommended action "
+                    f"{gone.recommended_action})", tuple(findings),
+                    run_id=gone.run_id or (sit.latest.engine_run_id if sit.latest else None))
+
+
+def _startup(sit: Situation, findings: list[Finding]) -> Decision | None:
+    """A failed start: a corrective retry, or no retry at all."""
+    f = next((f for f in findings
+              if f.response in (Response.RETRY_FALLBACK, Response.NO_RETRY)), None)
+    if f is None:
+        return None
+    ladder, policy, found = sit.ladder, sit.policy, (f, *(x for x in findings if x is not f))
+    mode = _name(sit, ladder.rung)
+    if f.response is Response.RETRY_FALLBACK:
+        picked = fallback_overrides(sit, str(f.evidence.get("class")))
+        if picked is None:
+            return None       # fallbacks used up: an ordinary failed start (crash path)
+        index, overrides, how = picked
+        return Decision(Action.RESTART, ladder.rung, f"{f.summary} -> retry {mode} with {how} "
+                        "(start-up fallback)", found, run_id=f.run_id,
+                        start_args=overrides, fallback=index)
+    flag = f.evidence.get("flag")
+    target = rung_without_flag(policy, ladder.rung, flag) if flag else None
+    if target is not None:
+        return Decision(Action.STEP_DOWN, target, f"{f.summary} -> step down to "
+                        f"{_name(sit, target)}, which does not set {flag}", found,
+                        run_id=f.run_id)
+    named = f" ({flag})" if flag and flag not in f.summary else ""
+    return Decision(Action.GIVE_UP, ladder.rung, f"{f.summary}{named}: no rung can start "
+                    "without it -> give up", found, run_id=f.run_id)
 
 
 def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:
@@ -148,10 +200,16 @@ def _stopped(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.HOLD, ladder.rung, f"engine {s.engine_state} in mode "
                         f"{_name(sit, ladder.rung)}", tuple(findings))
     mode = _name(sit, ladder.rung)
+    held = next((f for f in findings if f.response is Response.HOLD_START), None)
+    if held is not None:
+        return Decision(Action.HOLD, ladder.rung, f"engine stopped: start of mode {mode} "
+                        f"held: {held.summary}", tuple(findings))
     wait = ladder.start_not_before_s - sit.now_s
     if wait <= 0:
-        return Decision(Action.START, ladder.rung, f"engine stopped: start mode {mode}",
-                        tuple(findings))
+        extra = "" if not ladder.start_args else " with start-up fallback " + " ".join(
+            f"{k}={v}" for k, v in ladder.start_args)
+        return Decision(Action.START, ladder.rung, f"engine stopped: start mode {mode}{extra}",
+                        tuple(findings), start_args=ladder.start_args)
     return Decision(Action.HOLD, ladder.rung, f"engine stopped: start of mode {mode} due in "
                     f"{wait:.1f} s (restart backoff)", tuple(findings))
 
@@ -217,8 +275,10 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         target = policy.first_plain_rung_below(ladder.rung) or target
         cfg = policy.guards.speculative
         s = sit.latest
-        calm = s is not None and (s.requests_running or 0) <= cfg.calm_max_requests \
-            and not s.requests_waiting
+        # Unknown load is never calm (a missing series is not an idle engine).
+        calm = s is not None and s.requests_running is not None \
+            and s.requests_waiting is not None \
+            and s.requests_running <= cfg.calm_max_requests and not s.requests_waiting
         waited = now - (ladder.deferred_since_s or now)
         if not calm and waited < cfg.calm_max_wait_seconds:
             return Decision(Action.HOLD, ladder.rung, f"{w.summary}: step down to "

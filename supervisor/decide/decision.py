@@ -32,6 +32,11 @@ class Action(StrEnum):
     restart the engine at ``rung`` with the new arguments."""
     SHED = "shed"
     """Instant lever: lower the gateway's limits (``shed`` True) or restore them (False)."""
+    REBOOT_REQUIRED = "reboot_required"
+    """The box needs a reboot (GPU lost, memory pinned, a process stuck in the driver):
+    kill whatever is left of the engine, hold the ladder and alert; the service stays up
+    to show it (dashboard banner, ``supervisor status`` exits 3) until the operator
+    resumes or the host is rebooted."""
     GIVE_UP = "give_up"
     """The safest rung keeps failing: stop trying; the service exits 1 (systemd's start
     limit, one level up)."""
@@ -60,6 +65,11 @@ class Decision:
     """A rung that failed during its probation: not retried before its backoff."""
     operator: bool = False
     """Taken because the operator pinned or stepped the ladder (not a guard)."""
+    start_args: tuple[tuple[str, Any], ...] = ()
+    """For START and a fallback RESTART: flags that override the mode's arguments for the
+    next launch (a start-up fallback: ``(("--enforce-eager", True),)``)."""
+    fallback: int | None = None
+    """For a RESTART that is a start-up fallback: its index in the mode's fallbacks."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
@@ -68,4 +78,5 @@ class Decision:
             "findings": [f.to_dict() for f in self.findings],
             "delay_seconds": self.delay_seconds, "run_id": self.run_id, "shed": self.shed,
             "marks_failing": self.marks_failing, "operator": self.operator,
+            "start_args": [list(a) for a in self.start_args], "fallback": self.fallback,
         }

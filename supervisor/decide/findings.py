@@ -52,6 +52,17 @@ class Response(StrEnum):
     """Lower the gateway's limits (no restart)."""
     SKIP_SPECULATION_WHEN_CALM = "skip_speculation_when_calm"
     """Speculation does not pay: go to the first rung without it at a calm moment."""
+    RETRY_FALLBACK = "retry_fallback"
+    """A start failed for a reason a corrected start can fix: retry the same rung with the
+    mode's next unused ``startup_fallbacks`` entry for that class (bounded per start)."""
+    NO_RETRY = "no_retry"
+    """A start failed for a reason no retry fixes (bad argument, missing model): go to a
+    rung without the offending flag, else give up."""
+    HOLD_START = "hold_start"
+    """Do not start the engine now (memory not back yet, processes of the old group alive)."""
+    REBOOT_REQUIRED = "reboot_required"
+    """The box is past saving (GPU lost, memory pinned, processes stuck in the driver):
+    kill what is left, hold the ladder, alert; no restart loop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +82,14 @@ class Finding:
     run_id: str | None = None
     """The engine run it is about, when it is about one."""
     response: Response = Response.RECORD
+    recommended_action: str | None = None
+    """What an operator should do, in NVIDIA NVSentinel's RecommendedAction words
+    (``supervisor.decide.recommended``): NONE, RESTART_APP, COMPONENT_RESET, RESTART_BM..."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as stored with incidents."""
         return {
             "guard": self.guard, "kind": self.kind, "severity": str(self.severity),
             "summary": self.summary, "evidence": dict(self.evidence), "run_id": self.run_id,
-            "response": str(self.response),
+            "response": str(self.response), "recommended_action": self.recommended_action,
         }

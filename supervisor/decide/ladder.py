@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Severity
@@ -56,6 +57,18 @@ class LadderState:
     """A one-shot operator move (step up/down): taken once, then the ladder is free."""
     reload_pending: bool = False
     """The policy was reloaded and the running engine's arguments are no longer its mode's."""
+    start_args: tuple[tuple[str, Any], ...] = ()
+    """Start-up fallback flags in effect for the current rung (cleared when it changes)."""
+    fallbacks_tried: tuple[int, ...] = ()
+    """Indexes of the current rung's ``startup_fallbacks`` already tried (each once)."""
+    reboot_required: str | None = None
+    """The finding kind that said the box needs a reboot; the ladder holds while set."""
+    start_budgets: tuple[tuple[str, float], ...] = ()
+    """(mode, seconds): the start budget learned from the record's past successful starts."""
+
+    def start_budget(self, mode: str) -> float | None:
+        """The learned start budget of ``mode``, or None."""
+        return next((b for m, b in self.start_budgets if m == mode), None)
 
     @classmethod
     def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
@@ -122,6 +135,15 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                  deferred_since_s=(ladder.deferred_since_s or now_s) if waiting else None)
     recent_transitions = tuple(t for t in ladder.transitions_s if now_s - t < HOUR)
     match decision.action:
+        case Action.RESTART if decision.fallback is not None:
+            # A corrective retry: bounded by the mode's fallbacks, not a crash to count.
+            return rep(ladder, handled_run_id=decision.run_id, start_args=decision.start_args,
+                       fallbacks_tried=(*ladder.fallbacks_tried, decision.fallback),
+                       start_not_before_s=now_s + decision.delay_seconds)
+        case Action.REBOOT_REQUIRED:
+            kind = decision.findings[0].kind if decision.findings else "reboot_required"
+            return rep(ladder, reboot_required=kind,
+                       handled_run_id=decision.run_id or ladder.handled_run_id)
         case Action.RESTART:
             return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
                        handled_run_id=decision.run_id,
@@ -145,7 +167,9 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                 last_change_s=now_s if moved else ladder.last_change_s,
                 transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
                 probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
-                deferred_since_s=None)
+                deferred_since_s=None,
+                start_args=() if moved else ladder.start_args,
+                fallbacks_tried=() if moved else ladder.fallbacks_tried)
         case Action.SHED:
             return rep(ladder, shed=bool(decision.shed),
                        shed_since_s=now_s if decision.shed else None)
@@ -178,8 +202,10 @@ def pause(ladder: LadderState) -> LadderState:
 
 
 def resume(ladder: LadderState) -> LadderState:
-    """Operator: undo ``pause``; a gave-up ladder is also given another try."""
-    return dataclasses.replace(ladder, paused=False, gave_up=False, crash_times_s=())
+    """Operator: undo ``pause``; a gave-up ladder is also given another try, and a
+    reboot-required hold is lifted (the operator says the box is fine)."""
+    return dataclasses.replace(ladder, paused=False, gave_up=False, crash_times_s=(),
+                               reboot_required=None)
 
 
 def start_on(ladder: LadderState, rung: int, trouble_s: float | None = None) -> LadderState:

@@ -26,6 +26,16 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
       by_s: 130             # deadline, trace seconds
       not_before_s: 60      # optional: no action before this
       rung: 2               # optional: the target rung of that action
+      start_args: {--enforce-eager: true}   # optional: flags the action's start carries
+      explains: "--bogus-flag"               # optional: a text its explanation must hold
+
+A control (``control: true``) normally expects no action at all; one that must act in the
+end in some other way (memory that comes back slowly: ``action: start``,
+``not_before_s: 60``) says so in ``expect``, and the kind must still never be raised.
+
+Raw evidence: ``engine_log_lines`` and ``kernel_lines`` in ``fields``/``once`` are
+classified with today's classifiers (``supervisor.sense.reclassify``) into
+``engine_log_tags`` and ``kernel_events``, exactly as replay re-judges a recorded trace.
 
 Counters carry over from span to span (a new ``engine_run_id`` in ``fields`` resets them to
 0, as an engine restart resets vLLM's counters). ``engine_state`` defaults to ready since
@@ -50,6 +60,7 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.ladder import LadderState, advance
 from supervisor.policy import Policy, load_policy
+from supervisor.sense.reclassify import reclassify
 from supervisor.states import EngineState
 from supervisor.telemetry.sample import Sample
 from supervisor.telemetry.window import Window
@@ -173,7 +184,7 @@ def load_case(path: Path) -> FieldCase:
     policy = _policy(raw.get("policy") or {}, name)
     ladder_fields = dict(raw.get("ladder") or {})
     ladder_fields.setdefault("rung", 0)
-    samples = build_samples(raw["segments"], source=name)
+    samples = [reclassify(x) for x in build_samples(raw["segments"], source=name)]
     ladder_fields.setdefault("since_s", samples[0].t_s if samples else 0.0)
     ladder = LadderState(**{k: _tuple(v) for k, v in ladder_fields.items()})
     baselines = {m: [tuple(b) for b in v] for m, v in (raw.get("baselines") or {}).items()}

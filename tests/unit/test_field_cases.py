@@ -30,7 +30,10 @@ def test_field_case(path) -> None:
     steps = play_case(case)
     expect = case.expect
     got = first_action(steps)
-    if case.control or expect.get("action") == "hold":
+    if case.control and expect.get("action", "hold") != "hold":
+        kinds = {f.kind for _, d in steps for f in d.findings}
+        assert case.kind not in kinds, f"{case.name}: the control raised {case.kind}"
+    elif case.control or expect.get("action") == "hold":
         assert got is None, (f"{case.name}: expected no action, got {got[1].action} at "
                              f"t={got[0]}: {got[1].explanation}")
         kinds = {f.kind for _, d in steps for f in d.findings}
@@ -55,3 +58,9 @@ def test_field_case(path) -> None:
             f"{case.name}: {decision.action} for {[f.kind for f in decision.findings]}")
     if "rung" in expect:
         assert decision.rung == int(expect["rung"]), f"{case.name}: rung {decision.rung}"
+    for flag, value in (expect.get("start_args") or {}).items():
+        assert dict(decision.start_args).get(flag) == value, (
+            f"{case.name}: start args {decision.start_args}, expected {flag}={value}")
+    if "explains" in expect:
+        assert expect["explains"] in decision.explanation, (
+            f"{case.name}: {decision.explanation!r} lacks {expect['explains']!r}")

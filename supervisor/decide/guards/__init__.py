@@ -6,17 +6,20 @@ from __future__ import annotations
 from supervisor.decide.guards import (
     engine_dead,
     engine_hung,
+    gpu_lost,
     load_budget,
     memory_floor,
     memory_forecast,
     memory_pressure,
     preemption_storm,
     speculative,
+    startup,
+    stop_leftovers,
     thermal,
 )
 
 #: Every guard, in the order their findings are reported.
-ALL = (engine_dead, memory_floor, engine_hung, speculative, memory_forecast, memory_pressure,
-       preemption_storm, thermal, load_budget)
+ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, engine_hung, speculative,
+       memory_forecast, memory_pressure, preemption_storm, thermal, load_budget)
 
 __all__ = ["ALL"]
