@@ -5,6 +5,7 @@
     supervisor run --policy FILE [--record T] run the engine under the policy until SIGTERM
     supervisor calibrate --policy FILE        measure each mode under a standard agent load
     supervisor replay TRACE --policy FILE     the decisions of a recorded trace, replayed
+    supervisor replay --scenario FILE --policy FILE   a closed-loop scenario
     supervisor policy check FILE              validate a policy and print its ladder
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
     supervisor bench                          the chaos table and the benchmark figures
@@ -16,9 +17,11 @@
     supervisor history --policy FILE          the mode timeline
     supervisor export --what W --policy FILE  records as CSV or JSON
     supervisor runs --policy FILE             list recorded engine runs
+    supervisor status --policy FILE           the running service's state (exit 3: reboot required)
 
 Exit status: 0 success; 1 the service gave up or a setup step failed; 2 bad usage or a
-bad policy file (the message names the file, the field and the reason).
+bad policy file (the message names the file, the field and the reason); 3 (``status``)
+the box needs a reboot.
 """
 
 from __future__ import annotations
@@ -92,8 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--concurrency", default="1,4", help="comma-separated (default 1,4)")
     cal.add_argument("--seconds", type=float, default=20.0, help="load per concurrency")
 
-    rep = sub.add_parser("replay", help="run the decisions over a recorded trace")
-    rep.add_argument("trace", type=Path)
+    rep = sub.add_parser("replay", help="run the decisions over a recorded trace, or a "
+                         "closed-loop scenario (--scenario)")
+    rep.add_argument("trace", type=Path, nargs="?")
+    rep.add_argument("--scenario", type=Path, help="a YAML file saying how the world "
+                     "answers the supervisor (supervisor/decide/replay.py, Scenario)")
     rep.add_argument("--policy", required=True, type=Path)
     rep.add_argument("--json", action="store_true", help="one JSON object per decision")
     rep.add_argument("--all", action="store_true", help="also list the holds")
@@ -154,6 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--kind", help="incidents of this kind only")
     exp.add_argument("--limit", type=int, default=10000)
 
+    stat = sub.add_parser("status", help="the running service's state from its admin API")
+    stat.add_argument("--policy", required=True, type=Path)
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
     runs.add_argument("--policy", required=True, type=Path)
     runs.add_argument("--limit", type=int, default=50)
@@ -168,6 +176,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "engine-env": tools.engine_env, "demo-models": tools.demo_models,
     "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
     "history": listings.history, "export": listings.export, "runs": listings.runs,
+    "status": tools.status,
 }
 
 

@@ -45,6 +45,7 @@ from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.show.alerts import Alerter
 from supervisor.show.metrics import SupervisorMetrics
+from supervisor.states import EngineState
 from supervisor.telemetry.baselines import Baselines
 from supervisor.telemetry.window import Window
 
@@ -77,6 +78,7 @@ class Supervisor:
         self.window = Window(policy.sampling.window_seconds)
         self.events = EngineEvents(self.holder, self.recorder, self.notifier, spawn=self._spawn,
                                    poke=self._poke, base_url=lambda: self.launcher.base_url)
+        self.events.ladder = self.ladder
         self.launcher = EngineLauncher(self.holder, on_change=self.events)
         self.gateway = Gateway(policy, rung=policy.initial_rung, registry=self.registry) \
             if policy.gateway.enabled else None
@@ -121,6 +123,7 @@ class Supervisor:
         self.writer.start()
         await self.writer.flush()          # an earlier life's spooled records go first
         await self.startup.previous_life()
+        await self.startup.learn_start_budgets()
         await self.sensors.start()
         self.baselines = await asyncio.to_thread(load_baselines, self.writer.store, self.policy)
         if self.baselines:
@@ -194,6 +197,8 @@ class Supervisor:
         self.lock.release()
 
     async def _scheduled_tick(self) -> None:
+        if self.launcher.state is EngineState.STARTING:   # a start with progress may run long
+            self.notifier.extend_timeout(self.policy.engine.start_timeout_seconds + 30)
         await self.ticker.tick(reason="schedule")
         # From the main loop, after a tick ran: a stuck supervisor stops pinging and
         # systemd (WatchdogSec=) restarts it.

@@ -55,8 +55,10 @@ class EngineControl(Protocol):
     def run(self) -> EngineRun | None:
         """The current (or last) engine run, None before the first start."""
 
-    async def start(self, *, rung: int) -> EngineRun:
-        """Launch the engine in ``rung``'s mode."""
+    async def start(self, *, rung: int,
+                    start_args: tuple[tuple[str, object], ...] = ()) -> EngineRun:
+        """Launch the engine in ``rung``'s mode (``start_args``: a start-up fallback's
+        flags over the mode's)."""
 
     async def stop(self, *, reason: str) -> None:
         """Stop gracefully: SIGTERM, wait, SIGKILL the group."""
@@ -117,12 +119,13 @@ class Executor:
     async def carry_out(self, decision: Decision, *, from_rung: int) -> None:
         """Do what ``decision`` says. Blocks for as long as stopping the engine takes.
 
-        START launches the rung's mode. RESTART, STEP_DOWN, KILL_NOW, STEP_UP and GIVE_UP
-        record the incident (with the engine's log tail) and the transition, then clear
-        the old engine: SIGKILL to its group for a crash or an emergency, a drain for a
-        graceful step. The next start comes from the next decision, at once or after the
-        backoff. SHED moves the gateway's limits. HOLD records findings the first time
-        they appear in a run.
+        START launches the rung's mode (with a start-up fallback's flags when the decision
+        carries them). RESTART, STEP_DOWN, KILL_NOW, STEP_UP, GIVE_UP and REBOOT_REQUIRED
+        record the incident (with the engine's log tail; the alert goes with it) and the
+        transition, then clear the old engine: SIGKILL to its group for a crash or an
+        emergency, a drain for a graceful step. The next start comes from the next
+        decision, at once or after the backoff. SHED moves the gateway's limits. HOLD
+        records findings the first time they appear in a run.
         """
         action = decision.action
         if action is Action.HOLD:
@@ -131,7 +134,8 @@ class Executor:
         logger.info("action %s: %s", action, decision.explanation)
         self.recorder.decision(str(action))
         if action is Action.START:
-            await self._start(decision.rung)
+            self._note(decision, from_rung)    # e.g. sigterm_ignored of the run before
+            await self._start(decision.rung, decision.start_args)
             return
         if action is Action.SHED:
             self._record_incident(decision, from_rung)
@@ -175,8 +179,8 @@ class Executor:
             await self.gateway.hold(reason, drain=False)
         await self.launcher.kill(reason=reason, crash=crash, emergency=emergency)
 
-    async def _start(self, rung: int) -> None:
-        run = await self.launcher.start(rung=rung)
+    async def _start(self, rung: int, start_args: tuple[tuple[str, object], ...] = ()) -> None:
+        run = await self.launcher.start(rung=rung, start_args=start_args)
         self.recorder.run_started(run, self.policy.engine.port)
 
     def engine_ready(self, rung: int) -> None:
@@ -256,6 +260,10 @@ def _outcome(decision: Decision, policy: Policy) -> str:
             return f"engine restarted with mode {mode}'s new arguments"
         case Action.GIVE_UP:
             return "gave up: service exits 1"
+        case Action.REBOOT_REQUIRED:
+            worst = decision.findings[0] if decision.findings else None
+            action = worst.recommended_action if worst is not None else "RESTART_BM"
+            return f"engine killed and held: reboot required (recommended action {action})"
     return str(decision.action)
 
 

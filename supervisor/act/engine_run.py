@@ -64,6 +64,14 @@ class EngineRun:
     """Why the spawn failed, when it did."""
     kill_reason: str | None = None
     """Why the supervisor killed it on purpose (an emergency), if it did."""
+    mem_available_before_bytes: int | None = None
+    """MemAvailable just before the spawn (the next start waits until it is back)."""
+    processes_rss_before_bytes: int | None = None
+    """Summed RSS of every process just before the spawn (others' growth is allowed for)."""
+    start_args: tuple[tuple[str, object], ...] = ()
+    """Start-up fallback flags this run was launched with (over the mode's arguments)."""
+    sigterm_ignored: bool = False
+    """The stop had to SIGKILL the group: it outlived SIGTERM past the grace."""
     shm_before: set[str] = field(default_factory=set, repr=False)
     log_tail: LogTail | None = field(default=None, repr=False)
     """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""

@@ -21,12 +21,15 @@ from pathlib import Path
 import httpx
 import psutil
 
+from supervisor.act.child_watch import ChildWatch
 from supervisor.act.engine_run import EngineRun, new_run_id, run_tmp_dir, utcnow
 from supervisor.act.logtail import LogTail
 from supervisor.act.processes import (
+    Leftovers,
     group_members,
     kill_group,
     looks_like,
+    read_leftovers,
     remove_stale_shm,
     shm_snapshot,
     spawn_engine,
@@ -36,6 +39,7 @@ from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy, build_argv
 from supervisor.policy_holder import PolicyHolder
 from supervisor.privacy import mask_argv
+from supervisor.sense.host import processes_rss_bytes
 from supervisor.sense.names import PROCESS_TITLES
 from supervisor.sense.probes import probe_health
 from supervisor.sense.process_tree import read_process_tree
@@ -48,6 +52,11 @@ logger = logging.getLogger(__name__)
 #: How often /health is polled while the engine starts. vLLM binds its HTTP port only
 #: once the engine core is up, so a 200 means the model is loaded.
 READY_POLL_SECONDS = 0.25
+#: How often a starting engine's tree is looked at for new ``VLLM::`` children to watch.
+#: A child takes its title within milliseconds of its start (setproctitle in vLLM's
+#: process entry), and its death is then seen through its pidfd at once: 0.1 s bounds
+#: the blind spot of a core that dies right after it appears.
+START_WATCH_SECONDS = 0.1
 
 
 class EngineLauncher:
@@ -74,7 +83,7 @@ class EngineLauncher:
         self._proc: asyncio.subprocess.Process | None = None
         self._exited = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pidfds: dict[int, int] = {}
+        self._children = ChildWatch(self._child_exited)
 
     # -- read side -------------------------------------------------------------------
 
@@ -107,7 +116,20 @@ class EngineLauncher:
         return EngineStatus(
             self._state, self._since_s, run.run_id, run.rung, run.pid, run.exit_code,
             run.exit_signal, None if run.crash_reason is None else str(run.crash_reason),
+            was_ready=run.ready_s is not None, sigterm_ignored=run.sigterm_ignored,
+            mem_available_before_bytes=run.mem_available_before_bytes,
+            processes_rss_before_bytes=run.processes_rss_before_bytes,
         )
+
+    def leftovers(self) -> Leftovers | None:
+        """What is left of the current run's process group once the launcher no longer
+        runs it (CRASHED, STOPPED); None while it starts, serves or stops, or before any
+        run. Scans every process (``group_members``)."""
+        run = self._run
+        if run is None or run.pgid is None or self._state not in (EngineState.CRASHED,
+                                                                  EngineState.STOPPED):
+            return None
+        return read_leftovers(run.pgid)
 
     # -- transitions -----------------------------------------------------------------
 
@@ -126,14 +148,21 @@ class EngineLauncher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def start(self, *, rung: int) -> EngineRun:
+    async def start(self, *, rung: int,
+                    start_args: tuple[tuple[str, object], ...] = ()) -> EngineRun:
         """Launch the engine in mode ``policy.modes[rung]``; returns at once.
 
         1. Refuse if an engine of ours is still running (EngineStartError).
-        2. Make the run's log file (under the state directory) and a private TMPDIR.
-        3. Spawn the argument vector (no shell) in a new session, stdout and stderr to
-           the log file, so the engine survives the supervisor being killed.
-        4. Watch for exit and poll /health until ready or ``start_timeout_seconds``.
+        2. Make the run's log file (under the state directory) and a private TMPDIR;
+           read MemAvailable (a run field: the next start waits until it is back).
+        3. Spawn the argument vector (no shell; ``start_args`` are a start-up fallback's
+           flags over the mode's) in a new session, stdout and stderr to the log file, so
+           the engine survives the supervisor being killed.
+        4. Watch for exit, watch every ``VLLM::`` child from the moment it appears (a core
+           that dies while starting is seen at once: vLLM's API server keeps "Waiting for
+           core engine" for a core that is gone, RBLN-SW/vllm-rbln#1000), and poll /health
+           until ready. The launcher never times a start out: the start-up guard judges a
+           start stuck only when it makes no progress.
 
         A spawn that fails (no such executable, port in use) does not raise: the run
         comes back CRASHED with ``crash_reason = spawn_failed`` and ``error`` set, and the
@@ -147,10 +176,13 @@ class EngineLauncher:
         state_dir = self.policy.state_directory
         run_id = new_run_id()
         run = EngineRun(
-            run_id=run_id, rung=rung, mode=mode.name, argv=build_argv(self.policy, mode),
+            run_id=run_id, rung=rung, mode=mode.name,
+            argv=build_argv(self.policy, mode, start_args),
             log_path=state_dir / "logs" / f"engine-{run_id}.log",
             tmp_dir=run_tmp_dir(run_id),
             started_s=self._clock(), started_at=utcnow(), shm_before=shm_snapshot(),
+            mem_available_before_bytes=mem_available(), start_args=tuple(start_args),
+            processes_rss_before_bytes=processes_rss_bytes(),
         )
         run.log_tail = LogTail(run.log_path)
         self._run = run
@@ -170,6 +202,7 @@ class EngineLauncher:
         self._set(EngineState.STARTING, f"spawned pid {run.pid}")
         self._spawn_task(self._watch_exit(run, self._proc))
         self._spawn_task(self._watch_ready(run))
+        self._spawn_task(self._watch_start_children(run))
         return run
 
     async def _watch_exit(self, run: EngineRun, proc: asyncio.subprocess.Process) -> None:
@@ -207,7 +240,6 @@ class EngineLauncher:
         self._set(EngineState.CRASHED, f"exited with {how} without being asked")
 
     async def _watch_ready(self, run: EngineRun) -> None:
-        deadline = run.started_s + self.policy.engine.start_timeout_seconds
         async with httpx.AsyncClient() as client:
             while self._run is run and self._state is EngineState.STARTING:
                 status, _ = await probe_health(client, self.base_url, timeout_seconds=2.0)
@@ -218,42 +250,21 @@ class EngineLauncher:
                     self._watch_children(run)
                     self._set(EngineState.READY, f"/health 200 after {run.startup_seconds:.1f} s")
                     return
-                if self._clock() >= deadline:
-                    run.crash_reason = CrashReason.START_TIMEOUT
-                    run.ended_at = utcnow()
-                    self._set(EngineState.CRASHED, "no /health 200 within "
-                              f"{self.policy.engine.start_timeout_seconds:g} s")
-                    return
                 await asyncio.sleep(READY_POLL_SECONDS)
 
-    def _watch_children(self, run: EngineRun) -> None:
-        """Get woken the moment any process of the tree dies (pidfd, Linux >= 5.3).
+    async def _watch_start_children(self, run: EngineRun) -> None:
+        """While the run starts, watch each ``VLLM::`` child (EngineCore, Worker) the moment
+        it carries its title. Untitled children (compile jobs, the resource tracker) come
+        and go during a start and are not watched."""
+        while self._run is run and self._state is EngineState.STARTING:
+            self._watch_children(run, titled_only=True)
+            await asyncio.sleep(START_WATCH_SECONDS)
 
-        The API server notices a dead EngineCore only after about 0.6 s and then exits 0;
-        a pidfd per child lets the service decide without waiting for that or a tick.
-        """
-        if run.pid is None or not hasattr(os, "pidfd_open"):
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            children = psutil.Process(run.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return
-        for child in children:
-            try:
-                title = (child.cmdline() or [""])[0]
-                fd = os.pidfd_open(child.pid)
-            except (OSError, psutil.Error):
-                continue
-            self._pidfds[child.pid] = fd
-            loop.add_reader(fd, self._child_exited, run, child.pid, title)
+    def _watch_children(self, run: EngineRun, *, titled_only: bool = False) -> None:
+        self._children.watch(run, run.pid, titled_only=titled_only)
 
     def _child_exited(self, run: EngineRun, pid: int, title: str = "") -> None:
-        fd = self._pidfds.pop(pid, None)
-        if fd is not None:
-            asyncio.get_running_loop().remove_reader(fd)
-            os.close(fd)
-        if self._run is not run or self._state is not EngineState.READY:
+        if self._run is not run or self._state not in (EngineState.READY, EngineState.STARTING):
             return
         # A dead VLLM::Worker is as fatal as a dead EngineCore (vLLM's executor shuts the
         # engine down: "Worker proc ... died unexpectedly"), only seen ~1 s later.
@@ -263,15 +274,11 @@ class EngineLauncher:
             run.crash_reason = CrashReason.ENGINE_CORE_DIED
             run.ended_at = utcnow()
             what = f"{title} pid {pid} died" if title else f"engine child pid {pid} died"
-            self._set(EngineState.CRASHED, f"{what}; the engine cannot go on")
+            when = " during start-up" if self._state is EngineState.STARTING else ""
+            self._set(EngineState.CRASHED, f"{what}{when}; the engine cannot go on")
 
     def _unwatch_children(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            loop = asyncio.get_running_loop()
-            for fd in self._pidfds.values():
-                loop.remove_reader(fd)
-                os.close(fd)
-        self._pidfds.clear()
+        self._children.clear()
 
     def _pid(self) -> int | None:
         return self._run.pid if self._run else None
@@ -303,8 +310,9 @@ class EngineLauncher:
             try:
                 await asyncio.wait_for(self._exited.wait(), grace)
             except TimeoutError:
-                logger.warning("engine run %s: still running %g s after SIGTERM; SIGKILL to "
-                               "group %d", run.run_id, grace, run.pgid)
+                run.sigterm_ignored = True
+                logger.warning("engine run %s: still running %g s after SIGTERM (sigterm "
+                               "ignored); SIGKILL to group %d", run.run_id, grace, run.pgid)
         await self._reap_group(run)
         return run
 
@@ -427,3 +435,11 @@ class EngineLauncher:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def mem_available() -> int | None:
+    """MemAvailable now (psutil reads /proc/meminfo), or None when it cannot be read."""
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
+        return None

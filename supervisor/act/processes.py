@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -29,10 +30,12 @@ __all__ = [
     "SHM_DIR",
     "SHM_PREFIXES",
     "EngineScheduling",
+    "Leftovers",
     "group_members",
     "kill_group",
     "looks_like",
     "port_owner",
+    "read_leftovers",
     "remove_stale_shm",
     "shm_snapshot",
     "spawn_engine",
@@ -64,6 +67,41 @@ def group_members(pgid: int) -> list[int]:
         if proc.info["status"] != psutil.STATUS_ZOMBIE:
             pids.append(proc.pid)
     return pids
+
+
+@dataclass(frozen=True, slots=True)
+class Leftovers:
+    """The live processes of an engine group the launcher no longer runs.
+
+    ``stuck``: those in uninterruptible sleep (state D, ``psutil.STATUS_DISK_SLEEP``): a
+    process stuck in a driver call that SIGKILL cannot end until the call returns
+    (vllm-project/vllm#25127: an EngineCore kill -9 does not end, "the only way to recover
+    is to reboot"). ``roles``: their titles (``VLLM::EngineCore``...). ``rss_bytes``: summed.
+    """
+
+    pids: tuple[int, ...] = ()
+    stuck: tuple[int, ...] = ()
+    roles: tuple[str, ...] = ()
+    rss_bytes: int = 0
+
+
+def read_leftovers(pgid: int) -> Leftovers:
+    """Who is still alive in process group ``pgid`` (zombies left out), with their state."""
+    pids, stuck, roles, rss = [], [], [], 0
+    for pid in group_members(pgid):
+        try:
+            proc = psutil.Process(pid)
+            status = proc.status()
+            cmdline = proc.cmdline()
+            mem = proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        pids.append(pid)
+        roles.append(cmdline[0] if cmdline else proc.name())
+        rss += mem
+        if status == psutil.STATUS_DISK_SLEEP:
+            stuck.append(pid)
+    return Leftovers(tuple(pids), tuple(stuck), tuple(roles), rss)
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:

@@ -19,9 +19,9 @@ PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def start_failure_loop(base: Path) -> Result:
-    """A bad engine argument: bounded retries with backoff, then a step down."""
-    res = Result("start-up failure loop (bad argument)",
-                 notes="2 attempts with backoff, then the next rung")
+    """A bad engine argument: no retry (issue 12), straight to the first rung without it."""
+    res = Result("start-up failure (bad argument)",
+                 notes="1 attempt, the flag named, then the first rung without it")
     rig = Rig(base / "startfail", restart={"start_limit_burst": 2,
                                             "restart_delay_seconds": 2,
                                             "restart_delay_max_seconds": 8})
@@ -33,14 +33,14 @@ def start_failure_loop(base: Path) -> Result:
         run = rig.ready_run()
         runs = rig.runs()
         failed = [r for r in runs if r.outcome == "start_failed"]
+        named = [i for i in rig.incidents() if i.kind == "engine_bad_argument"]
         res.action = "step_down"
-        res.incident = "start_failed"
+        res.incident = "engine_bad_argument"
         res.detected_seconds = failed[0].ended_at.timestamp() - t0 if failed else None
         res.serving_again_seconds = run.ready_at.timestamp() - t0
         res.extra = {"attempts": len(failed), "serving_mode": run.mode,
-                     "backoff_seconds": (failed[1].started_at - failed[0].ended_at
-                                         ).total_seconds() if len(failed) > 1 else None}
-        res.ok = len(failed) == 2 and run.mode == "plain4" and res.extra["backoff_seconds"] >= 2
+                     "flag_named": bool(named) and "--no-such-flag" in named[0].explanation}
+        res.ok = len(failed) == 1 and run.mode == "plain4" and res.extra["flag_named"]
     finally:
         rig.close()
     return res

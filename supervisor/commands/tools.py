@@ -60,11 +60,25 @@ def calibrate(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    """``supervisor replay TRACE``: the decisions of a recorded trace, replayed."""
-    from supervisor.show.timeline import replay_command
+    """``supervisor replay TRACE``: the decisions of a recorded trace, replayed; with
+    ``--scenario FILE``: a closed-loop scenario (issue 12)."""
+    from supervisor.show.timeline import replay_command, scenario_command
 
+    if (args.trace is None) == (args.scenario is None):
+        print("error: give a TRACE or --scenario FILE", file=sys.stderr)
+        return EXIT_USAGE
+    if args.scenario is not None:
+        return scenario_command(args.scenario, load_policy_file(args.policy),
+                                as_json=args.json, show_all=args.all)
     return replay_command(args.trace, load_policy_file(args.policy), as_json=args.json,
                           show_all=args.all)
+
+
+def status(args: argparse.Namespace) -> int:
+    """``supervisor status``: the running service's state (exit 3: reboot required)."""
+    from supervisor.show.status_command import status_command
+
+    return status_command(load_policy_file(args.policy))
 
 
 def bench(args: argparse.Namespace) -> int:

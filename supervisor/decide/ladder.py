@@ -208,6 +208,12 @@ def resume(ladder: LadderState) -> LadderState:
                                reboot_required=None)
 
 
+def with_start_budgets(ladder: LadderState,
+                       budgets: tuple[tuple[str, float], ...]) -> LadderState:
+    """The learned start budget of each mode (``supervisor.decide.lifecycle``)."""
+    return dataclasses.replace(ladder, start_budgets=budgets)
+
+
 def start_on(ladder: LadderState, rung: int, trouble_s: float | None = None) -> LadderState:
     """Start-up: begin on ``rung`` (an adopted engine's, or the one chosen after a host
     reset); ``trouble_s`` (monotonic) counts as the last trouble, so the ladder waits its

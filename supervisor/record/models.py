@@ -92,6 +92,11 @@ class EngineRunRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     engine_version: Mapped[str | None] = mapped_column(Text)
     """vLLM's version (``GET /version``) when known."""
+    mem_available_before_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    """MemAvailable just before the launch: the next start waits until memory is back
+    near it (issue 12)."""
+    sigterm_ignored: Mapped[bool | None]
+    """The stop needed SIGKILL of the group after the SIGTERM grace."""
 
 
 class IncidentRow(Base):

@@ -98,13 +98,15 @@ class AddRun(Record):
     log_path: str
     started_at: datetime
     engine_version: str | None = None
+    mem_available_before_bytes: int | None = None
+    """MemAvailable just before the launch (issue 12)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateRun(Record):
     """Set columns of an engine run: ``values`` maps engine_runs columns (ready_at,
     startup_seconds, ended_at, exit_code, exit_signal, planned_stop, outcome, error,
-    engine_version) to new values."""
+    engine_version, sigterm_ignored) to new values."""
 
     kind: ClassVar[str] = "update_run"
     run_id: str

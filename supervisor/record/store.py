@@ -145,6 +145,16 @@ class Store:
                  .order_by(EngineRunRow.id.desc()).limit(limit))
             return list(s.scalars(q))
 
+    def start_durations(self, *, limit: int = 200) -> list[tuple[str, float]]:
+        """(mode, ready_at - started_at seconds) of this fleet's newest successful starts on
+        this host, oldest first: what the start budget of each mode is learned from."""
+        with self.session() as s:
+            q = (select(EngineRunRow.mode, EngineRunRow.startup_seconds).where(
+                EngineRunRow.fleet == self.fleet, EngineRunRow.host == self.host,
+                EngineRunRow.startup_seconds.is_not(None))
+                .order_by(EngineRunRow.id.desc()).limit(limit))
+            return [(m, float(t)) for m, t in reversed(s.execute(q).all())]
+
     def unfinished_runs(self) -> list[EngineRunRow]:
         """Runs of this fleet on this host that never recorded an end (an earlier life
         of the service was killed, or the host went down, while they ran)."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from supervisor.act.incident import Incident, Transition
+from supervisor.decide.lifecycle import rung_after_unclean_start
 from supervisor.decide.startup import AfterHostReset, rung_of, start_rung_after_reset
 from supervisor.record.records import AddIncident
 from supervisor.record.service_runs import last_engine_run, previous_service_run
@@ -59,6 +60,7 @@ class _EngineRun(Protocol):
     mode: str
     rung: int
     ended_at: datetime | None
+    ready_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,22 @@ def _evidence(previous: _ServiceRun, boot_id: str | None, last_run: _EngineRun |
     }
 
 
+def _below_a_start(running: _EngineRun | None, modes: Sequence[str], start_rung: int | None,
+                   now: datetime) -> tuple[int, Transition] | None:
+    """Issue 12: the previous life ended while the engine was still starting (it never
+    became ready): the first start goes below the rung that was starting."""
+    if running is None or running.ready_at is not None:
+        return None
+    starting = _rung_of(running, modes)
+    below = rung_after_unclean_start(len(modes), start_rung, starting, False)
+    if below is None or below == start_rung:
+        return None
+    return below, Transition(
+        at=now, from_mode=running.mode, to_mode=modes[below], from_rung=starting,
+        to_rung=below, actor="startup", reason="the last life ended while the engine was "
+        "starting: the first start goes below the rung that was starting")
+
+
 def assess_previous_life(
     *, previous: _ServiceRun | None, boot_id: str | None, last_run: _EngineRun | None,
     modes: Sequence[str], after_host_reset: str | AfterHostReset, now: datetime,
@@ -138,9 +156,17 @@ def assess_previous_life(
                 from_rung=_rung_of(running, modes), to_rung=start_rung, actor="startup",
                 reason=f"host reset with the engine running (storage.after_host_reset: "
                        f"{setting})")
+    below = _below_a_start(running, modes, start_rung, now)
+    if below is not None and running is not None:
+        start_rung, transition = below
+        what += f", while mode {running.mode} was still starting"
+        evidence["engine_was_starting"] = True
+        severity = "critical"
     explanation = f"{what}: pid {previous.pid} last seen {last_seen:%Y-%m-%d %H:%M:%S} UTC"
     if start_rung is not None:
-        explanation += f"; starting in {modes[start_rung]} ({setting})"
+        how = "below the rung that was starting" if evidence.get("engine_was_starting") \
+            else str(setting)
+        explanation += f"; starting in {modes[start_rung]} ({how})"
     incident = Incident(
         kind=kind, severity=severity, started_at=last_seen, ended_at=now,
         action="step_down" if transition is not None else "none", explanation=explanation,

@@ -60,7 +60,8 @@ def insert_run(session: Session, *, fleet: str, host: str, record: AddRun) -> No
         run_id=record.run_id, fleet=fleet, host=host, mode=record.mode, rung=record.rung,
         argv=mask_argv(record.argv), pid=record.pid, port=record.port,
         log_path=record.log_path, started_at=record.started_at,
-        engine_version=record.engine_version))
+        engine_version=record.engine_version,
+        mem_available_before_bytes=record.mem_available_before_bytes))
 
 
 def update_run(session: Session, *, run_id: str, values: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from supervisor.act.effects import Executor
 from supervisor.act.engine_run import EngineRun
 from supervisor.act.systemd import Notifier
 from supervisor.policy_holder import PolicyHolder
+from supervisor.runtime.levers import Ladder
 from supervisor.runtime.recorder import Recorder
 from supervisor.sense.probes import engine_version
 from supervisor.states import EngineState
@@ -39,6 +40,7 @@ class EngineEvents:
         self.recorder = recorder
         self.notifier = notifier
         self.executor: Executor | None = None
+        self.ladder: Ladder | None = None
         self._spawn = spawn
         self._poke = poke
         self._base_url = base_url
@@ -59,7 +61,7 @@ class EngineEvents:
                 "ended_at": run.ended_at, "exit_code": run.exit_code,
                 "exit_signal": run.exit_signal, "planned_stop": run.planned_stop,
                 "outcome": str(run.crash_reason or run.kill_reason or "stopped"),
-                "error": run.error})
+                "error": run.error, "sigterm_ignored": run.sigterm_ignored})
 
     def _ready(self, run: EngineRun) -> None:
         if self.executor is not None:
@@ -68,6 +70,8 @@ class EngineEvents:
                     self._base_url(), run.mode, run.run_id, run.startup_seconds or 0)
         self.recorder.run_changed(run.run_id, {"ready_at": run.ready_at,
                                                "startup_seconds": run.startup_seconds})
+        if self.ladder is not None and run.startup_seconds is not None:
+            self.ladder.started(run.mode, run.startup_seconds)   # the learned start budget
         self._spawn(self._record_engine_version(run))
 
     async def _record_engine_version(self, run: EngineRun) -> None:

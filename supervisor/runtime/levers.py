@@ -9,6 +9,7 @@ import time
 from supervisor.decide import ladder as ladder_fn
 from supervisor.decide.decision import Decision
 from supervisor.decide.ladder import LadderState
+from supervisor.decide.lifecycle import learn_start_budgets
 from supervisor.policy_holder import PolicyHolder
 from supervisor.record.trace import TraceWriter
 
@@ -38,6 +39,22 @@ class Ladder:
         from_rung = self.state.rung
         self.state = ladder_fn.advance(self.state, decision, self._policy.current, now_s)
         return from_rung
+
+    def learn_starts(self, starts: list[tuple[str, float]]) -> None:
+        """Past successful starts ``(mode, seconds)``, oldest first: the start budget of
+        each mode (``decide/lifecycle.learn_start_budgets``, issue 12)."""
+        self._starts = list(starts)
+        self.started()
+
+    def started(self, mode: str | None = None, seconds: float | None = None) -> None:
+        """A start of ``mode`` took ``seconds`` to ready: learned into its budget."""
+        starts = getattr(self, "_starts", [])
+        if mode is not None and seconds is not None:
+            starts.append((mode, seconds))
+        self._starts = starts
+        factor = self._policy.current.lifecycle.start_budget_factor
+        self.state = ladder_fn.with_start_budgets(self.state,
+                                                  learn_start_budgets(starts, factor))
 
     def start_on(self, rung: int, trouble_s: float | None = None) -> None:
         """Start-up's choice of the first rung (``decide/ladder.start_on``)."""

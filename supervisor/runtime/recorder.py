@@ -63,7 +63,8 @@ class Recorder:
         """Record an engine run at launch."""
         self.writer.submit(AddRun(
             run_id=run.run_id, mode=run.mode, rung=run.rung, argv=list(run.argv), pid=run.pid,
-            port=port, log_path=str(run.log_path), started_at=run.started_at))
+            port=port, log_path=str(run.log_path), started_at=run.started_at,
+            mem_available_before_bytes=run.mem_available_before_bytes))
 
     def run_changed(self, run_id: str, values: Mapping[str, Any]) -> None:
         """Update an engine run's row (ready, version, end)."""

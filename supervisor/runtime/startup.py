@@ -73,6 +73,15 @@ class StartUp:
             policy_path=str(self._policy.path) if self._policy.path else None,
             version=__version__))
 
+    async def learn_start_budgets(self) -> None:
+        """The start budget of each mode from the record's past successful starts."""
+        try:
+            starts = await asyncio.to_thread(self.recorder.writer.store.start_durations)
+        except StoreError as exc:
+            logger.error("cannot read past starts (start budgets stay the policy's): %s", exc)
+            return
+        self.ladder.learn_starts(starts)
+
     def record_stop(self, exit_code: int) -> None:
         """This life stops cleanly with ``exit_code`` (the clean-stop marker)."""
         if self.service_run_id is not None:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from supervisor import __version__
 from supervisor.act.launcher import EngineLauncher
-from supervisor.decide.decision import Decision
+from supervisor.decide.decision import Action, Decision
 from supervisor.decide.ladder import LadderState
+from supervisor.decide.recommended import RECOMMENDED
 from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
@@ -33,10 +35,14 @@ class LastDecision:
     def __init__(self) -> None:
         self.decision: Decision | None = None
         self.at_s: float | None = None
+        self.reboot: Decision | None = None
+        """The REBOOT_REQUIRED decision the ladder holds on (issue 12), if any."""
 
     def set(self, decision: Decision, at_s: float) -> None:
         """Keep ``decision``, taken at ``at_s``."""
         self.decision, self.at_s = decision, at_s
+        if decision.action is Action.REBOOT_REQUIRED:
+            self.reboot = decision
 
 
 class StatusView:
@@ -118,6 +124,7 @@ class StatusView:
             last_decision_seconds_ago=None if self.last.at_s is None
             else round(now - self.last.at_s, 1),
             uptime_seconds=round(now - self.started_s, 1),
+            reboot_required=reboot_required(ladder.reboot_required, self.last.reboot),
         )
 
     @staticmethod
@@ -136,3 +143,15 @@ class StatusView:
                 "held": gw.admission.held, "requests_in_flight": gw.admission.in_flight,
                 "requests_queued": gw.admission.queued,
                 "max_concurrency": gw.admission.max_concurrency}
+
+
+def reboot_required(kind: str | None, decision: Decision | None) -> dict[str, Any] | None:
+    """The reboot-required hold with what to do (NVSentinel's words), or None."""
+    if kind is None:
+        return None
+    worst = decision.findings[0] if decision is not None and decision.findings else None
+    action = worst.recommended_action if worst is not None else \
+        RECOMMENDED.get(kind, ("RESTART_BM",))[0]
+    return {"kind": kind, "recommended_action": action,
+            "explanation": decision.explanation if decision is not None else kind,
+            "evidence": worst.evidence if worst is not None else {}}

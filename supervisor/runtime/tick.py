@@ -2,9 +2,9 @@
 
 Owns the tick's state: the window it appends to (shared with the readers), the action
 being carried out, and the lateness of scheduled ticks. One tick at a time (a lock);
-a decision taken while an action still runs is skipped, unless it is KILL_NOW, which
-interrupts the action (seconds matter: a GB10 host can freeze ~5 s after memory runs
-out).
+a decision taken while an action still runs is skipped, unless it is KILL_NOW or
+REBOOT_REQUIRED, which interrupt the action (seconds matter: a GB10 host can freeze
+~5 s after memory runs out).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Ticker:
             decision = decide(self.window, self.ladder.state, self._policy.current, now,
                               self._baselines())
             if self._action is not None and not self._action.done():
-                if decision.action is not Action.KILL_NOW:
+                if decision.action not in (Action.KILL_NOW, Action.REBOOT_REQUIRED):
                     if self.trace is not None:
                         self.trace.skip(now)
                     return None
@@ -114,4 +114,5 @@ class Ticker:
         lines = run.log_tail.poll() if run is not None and run.log_tail is not None else []
         return await self.sensors.sample(now_s=now, status=self.launcher.status(),
                                          window=self.window, log_lines=lines,
-                                         lateness_seconds=lateness)
+                                         lateness_seconds=lateness,
+                                         leftovers=self.launcher.leftovers())

@@ -27,12 +27,22 @@ ALERT_SEVERITIES = ("emergency", "critical")
 
 def alert_payload(fleet: str, incident: Incident, transition: Transition | None,
                   fmt: str) -> dict[str, Any]:
-    """The JSON body of one alert."""
+    """The JSON body of one alert, with the worst finding's recommended action (NVIDIA
+    NVSentinel's words: RESTART_BM, COMPONENT_RESET, ...) and, for a GPU that is gone, the
+    kernel lines it was seen in."""
+    worst = incident.findings[0] if incident.findings else {}
+    action = worst.get("recommended_action") if isinstance(worst, dict) else None
+    evidence = worst.get("evidence") if isinstance(worst, dict) else None
+    kernel = (evidence or {}).get("kernel_lines") if isinstance(evidence, dict) else None
     if fmt == "slack":
         move = f" {transition.from_mode} -> {transition.to_mode}." if transition else ""
+        todo = f" Recommended action: {action}." if action and action != "NONE" else ""
+        lines = "\n```" + "\n".join(kernel) + "```" if kernel else ""
         return {"text": f":rotating_light: [{fleet}] {incident.severity.upper()} "
-                        f"{incident.kind} in mode {incident.mode}: {incident.explanation}.{move}"}
+                        f"{incident.kind} in mode {incident.mode}: {incident.explanation}."
+                        f"{move}{todo}{lines}"}
     return {"fleet": fleet, "kind": incident.kind, "severity": incident.severity,
+            "recommended_action": action, "kernel_lines": kernel,
             "started_at": incident.started_at.isoformat(), "mode": incident.mode,
             "action": incident.action, "explanation": incident.explanation,
             "outcome": incident.outcome, "run_id": incident.run_id,

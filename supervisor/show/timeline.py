@@ -6,12 +6,15 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
+
 from supervisor.decide.decision import Action
-from supervisor.decide.replay import ReplayStep, replay
+from supervisor.decide.replay import ReplayStep, load_scenario, replay, replay_scenario
 from supervisor.policy import Policy
 from supervisor.record.trace import read_trace
+from supervisor.sense.reclassify import reclassify
 
-__all__ = ["replay_command", "timeline"]
+__all__ = ["replay_command", "scenario_command", "timeline"]
 
 
 def timeline(steps: list[ReplayStep], policy: Policy, *, show_all: bool = False) -> str:
@@ -44,7 +47,7 @@ def replay_command(trace: Path, policy: Policy, *, as_json: bool, show_all: bool
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    steps = replay(records, policy)
+    steps = replay(records, policy, reclassify=reclassify)
     if as_json:
         for st in steps:
             if st.decision.action is not Action.HOLD or show_all:
@@ -53,3 +56,30 @@ def replay_command(trace: Path, policy: Policy, *, as_json: bool, show_all: bool
     else:
         print(timeline(steps, policy, show_all=show_all))
     return 1 if any(st.matches is False for st in steps) else 0
+
+
+def scenario_command(path: Path, policy: Policy, *, as_json: bool, show_all: bool) -> int:
+    """Run a closed-loop scenario (``supervisor.decide.replay.Scenario``) and print its
+    decisions; exit 0, or 2 when the file cannot be read or is not a valid scenario."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a scenario is a mapping, got {type(data).__name__}")
+        scenario = load_scenario(data, source=str(path))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        print(f"error: {path}:{where} not YAML: {getattr(exc, 'problem', exc)}",
+              file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    steps = replay_scenario(scenario, policy, reclassify)
+    if as_json:
+        for st in steps:
+            if st.decision.action is not Action.HOLD or show_all:
+                print(json.dumps({"t_s": st.t_s, **st.decision.to_dict()}))
+    else:
+        print(timeline(steps, policy, show_all=show_all))
+    return 0

@@ -16,6 +16,7 @@ from sqlalchemy import inspect, text
 from supervisor.act.incident import Incident
 from supervisor.errors import StoreError
 from supervisor.record.models import Base
+from supervisor.record.records import AddRun
 from supervisor.record.store import Store, downgrade, make_engine, upgrade
 
 TABLES = {"engine_runs", "incidents", "mode_transitions", "mode_baselines", "telemetry",
@@ -204,3 +205,19 @@ def test_processes_opening_a_new_database_at_once_all_migrate_it(url: str) -> No
         versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
     engine.dispose()
     assert len(versions) == 1
+
+
+def test_issue_12_run_fields_and_the_starts_budgets_are_learned_from(url: str) -> None:
+    store = Store.open(url, fleet="f", host="h1")
+    t0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    for n, (mode, secs) in enumerate([("mtp2", 30.0), ("safe", None), ("mtp2", 45.5)]):
+        store.apply(AddRun(run_id=f"r{n}", mode=mode, rung=0, argv=["vllm"], pid=None,
+                           port=8000, log_path="/l", started_at=t0,
+                           mem_available_before_bytes=118 * 2**30))
+        if secs is not None:
+            store.update_run(run_id=f"r{n}", startup_seconds=secs, sigterm_ignored=True)
+    assert store.start_durations() == [("mtp2", 30.0), ("mtp2", 45.5)]
+    run = store.runs()[0]
+    assert (run.mem_available_before_bytes, run.sigterm_ignored) == (118 * 2**30, True)
+    assert Store(store.engine, fleet="other", host="h1").start_durations() == []
+    store.close()

@@ -45,6 +45,7 @@ class Run:
     mode: str = "mtp2"
     rung: int = 1
     ended_at: datetime | None = None
+    ready_at: datetime | None = T0          # it had served
 
 
 def verdict(previous=None, boot_id="boot-b", last_run=None, setting="one_rung_down"):
@@ -160,3 +161,15 @@ def test_host_reset_on_a_real_store_records_and_steps_down(tmp_path: Path) -> No
     assert [(r.boot_id, r.stopped_at is not None, r.exit_code) for r in lives] == [
         ("boot-b", True, 0), ("boot-a", False, None)]
     store.close()
+
+
+def test_issue_12_a_life_that_ended_while_the_engine_was_starting_starts_below_it() -> None:
+    starting = Run(ready_at=None)
+    v = verdict(Life(), last_run=starting, setting="same_rung")     # a host reset
+    assert (v.kind, v.start_rung) == ("host_reset", 2)
+    assert v.record.transition.to_mode == "nospec"
+    assert v.record.incident.findings[0]["evidence"]["engine_was_starting"] is True
+    assert "below the rung that was starting" in v.explanation
+    v = verdict(Life(), boot_id="boot-a", last_run=starting)          # an unclean stop
+    assert (v.kind, v.start_rung, v.record.incident.severity) == ("unclean_stop", 2, "critical")
+    assert verdict(Life(), boot_id="boot-a", last_run=Run()).start_rung is None  # it served

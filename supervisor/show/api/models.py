@@ -50,6 +50,9 @@ class StatusOut(BaseModel):
     """The current mode's gateway limits (before shedding)."""
     last_decision_seconds_ago: float | None
     uptime_seconds: float
+    reboot_required: dict[str, Any] | None = None
+    """Set while the ladder holds because the box needs a reboot (issue 12): kind,
+    recommended_action (NVIDIA NVSentinel's words), explanation."""
 
 
 class IncidentOut(BaseModel):

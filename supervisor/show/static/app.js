@@ -87,6 +87,18 @@ $("#token-button").addEventListener("click", () => {
 
 function renderStatus(st) {
   $("#fleet").textContent = st.fleet;
+  // Issue 12: the box needs a reboot; the ladder holds until then (or an operator resume).
+  const banner = $("#reboot-banner");
+  const reboot = st.reboot_required;
+  banner.hidden = !reboot;
+  if (reboot) {
+    const lines = (reboot.evidence && reboot.evidence.kernel_lines) || [];
+    banner.replaceChildren(
+      el("strong", {}, `REBOOT REQUIRED: ${reboot.kind}`),
+      " ", el("span", { class: "tag barred" }, `recommended action ${reboot.recommended_action}`),
+      el("p", {}, reboot.explanation),
+      ...(lines.length ? [el("pre", {}, lines.join("\n"))] : []));
+  }
   const engine = $("#engine");
   engine.textContent = `engine ${st.engine_state} for ${duration(st.engine_seconds_in_state)}`;
   engine.className = `badge state-${st.engine_state}`;
@@ -122,7 +134,9 @@ function renderStatus(st) {
     : el("p", {}, el("span", { class: `action action-${d.action}` }, d.action),
       " ", d.explanation,
       ...d.findings.map((f) => el("span", { class: `finding sev-${f.severity}` },
-        `${f.severity}: ${f.summary ?? f.kind}`))));
+        `${f.severity}: ${f.summary ?? f.kind}` +
+        (f.recommended_action && f.recommended_action !== "NONE"
+          ? ` (recommended action ${f.recommended_action})` : "")))));
 }
 
 // ---- charts ----------------------------------------------------------------------------
