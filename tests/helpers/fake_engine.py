@@ -6,11 +6,17 @@ binds its port only once "loaded", serves /health, /metrics (a recorded scrape),
 ``VLLM::EngineCore`` (argv[0], as setproctitle shows it in /proc/PID/cmdline), answers
 /health 503 and exits 0 about 0.6 s after that child dies, and drains on SIGTERM. Flags
 make it misbehave: ignore SIGTERM, leave an orphan that ignores SIGTERM, never become
-ready, exit on its own, fail like a bad argument, take completions and never answer.
+ready, exit on its own, fail like a bad argument, take completions and never answer,
+hold memory after it exits (a real balloon in a process of its own session, as pinned
+memory outlives the engine on a GB10). While it is not ready it prints vLLM's
+"Waiting for 1 local, 0 remote core engine proc(s) to start." every second and, like
+vLLM's API server (RBLN-SW/vllm-rbln#1000), keeps waiting when its EngineCore is gone.
+A process that survives SIGKILL (state D) is made by the test with the kernel's cgroup
+freezer (tests/helpers/freezer.py), not here.
 
     python fake_engine.py [--ready-after S] [--exit-after S] [--exit-code N]
-        [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag] [--metrics FILE]
-        [--hang-completions]
+        [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag] [--fail-start] [--metrics FILE]
+        [--hang-completions] [--balloon-mb N --balloon-hold S]
         --host H --port P --shutdown-timeout N
 """
 
@@ -29,6 +35,17 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0"
 CHILD_CODE = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(3600)"
+#: The balloon: N MiB written to a memfd (shmem: not reclaimable, so MemAvailable drops; not
+#: mapped, so no process's RSS shows it, like memory a GPU driver keeps pinned), held S
+#: seconds by a process in a session of its own (the engine's group does not include it).
+BALLOON_CODE = (
+    "import os, sys, time\n"
+    "fd = os.memfd_create('balloon')\n"
+    "chunk = b'x' * 2**20\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    "    os.write(fd, chunk)\n"
+    "print('balloon', int(sys.argv[1]) * 2**20, flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n")
 state: dict = {"core_dead": False, "metrics": "", "hang": False, "completions": 0}
 
 
@@ -134,6 +151,8 @@ def main() -> None:
                    help="start a second child that ignores SIGTERM and outlives us")
     p.add_argument("--no-core", action="store_true", help="no EngineCore child")
     p.add_argument("--bad-flag", action="store_true", help="fail like a bad argument")
+    p.add_argument("--fail-start", action="store_true",
+                   help="fail the start the way vLLM does when its core fails to initialise")
     p.add_argument("--metrics", default="mimo-mtp2.metrics.txt",
                    help="fixture under tests/fixtures/vllm/0.32.0 served as /metrics")
     p.add_argument("--hang-completions", action="store_true",
@@ -142,6 +161,10 @@ def main() -> None:
     p.add_argument("--token-delay", type=float, default=0.0, help="seconds between words")
     p.add_argument("--break-stream-after", type=int, default=None,
                    help="die (exit 1) after sending this many words of a stream")
+    p.add_argument("--balloon-mb", type=int, default=0,
+                   help="hold this much memory in a detached process (outlives us)")
+    p.add_argument("--balloon-hold", type=float, default=10.0,
+                   help="seconds the balloon holds its memory")
     args, _vllm_flags = p.parse_known_args()  # accept any other vLLM flag
     print(f"fake engine pid {os.getpid()} args {sys.argv[1:]}", flush=True)
     state["metrics"] = (FIXTURES / args.metrics).read_text()
@@ -151,9 +174,19 @@ def main() -> None:
     if args.bad_flag:
         print("error: unrecognized arguments: --bad-flag", flush=True)
         sys.exit(2)
+    if args.fail_start:     # vllm v1/engine/utils.py wait_for_engine_startup (vllm #29637)
+        print("RuntimeError: Engine core initialization failed. See root cause above. "
+              "Failed core proc(s): {}", flush=True)
+        sys.exit(1)
     core = None if args.no_core else spawn("VLLM::EngineCore")
     if args.orphan:
         spawn("VLLM::Worker")
+    if args.balloon_mb:
+        balloon = subprocess.Popen(
+            [sys.executable, "-c", BALLOON_CODE, str(args.balloon_mb), str(args.balloon_hold)],
+            start_new_session=True, stdout=subprocess.PIPE, text=True)
+        assert balloon.stdout is not None
+        print(balloon.stdout.readline().strip(), "pid", balloon.pid, flush=True)
 
     def on_term(signum, frame) -> None:
         print("SIGTERM received", flush=True)
@@ -164,7 +197,13 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
-    time.sleep(args.ready_after)
+    until = time.monotonic() + args.ready_after
+    while time.monotonic() < until or (core is not None and core.poll() is not None):
+        # vLLM's wait loop (v1/engine/utils.py); a core that is gone keeps it waiting.
+        print("(APIServer) DEBUG [v1/engine/utils.py:1239] Waiting for 1 local, 0 remote "
+              "core engine proc(s) to start.", flush=True)
+        left = until - time.monotonic()
+        time.sleep(min(1.0, left) if left > 0 else 1.0)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print("ready", flush=True)

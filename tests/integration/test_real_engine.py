@@ -45,7 +45,10 @@ def test_serve_survive_kills_step_down_and_stop(tmp_path: Path, service_factory)
     restart_begun = runs[1].started_at.timestamp() - t_kill
     print(f"SIGKILL of EngineCore -> next engine launched: {restart_begun:.3f} s")
     assert restart_begun < 5
-    (inc,) = svc.store.incidents()
+    # Info on record (issue 12: memory_not_back while the next start waited) aside.
+    every = svc.store.incidents()
+    (inc,) = [i for i in every if i.severity != "info"] or [None]
+    assert inc is not None, [(i.kind, i.severity) for i in every]
     assert (inc.kind, inc.severity, inc.action) == ("engine_core_died", "critical", "restart")
     assert inc.run_id == run1.run_id and inc.mode == "mtp2"
     assert svc.store.runs()[1].outcome == "engine_core_died"
@@ -58,7 +61,7 @@ def test_serve_survive_kills_step_down_and_stop(tmp_path: Path, service_factory)
     assert spec_config(runs[2].argv) == {"method": "mtp", "num_speculative_tokens": 1}
     (tr,) = svc.store.transitions()
     assert (tr.from_mode, tr.to_mode, tr.actor) == ("mtp2", "mtp1", "guard:engine_dead")
-    step = svc.store.incidents()[0]
+    step = next(i for i in svc.store.incidents() if i.severity != "info")
     assert step.action == "step_down" and step.id == tr.incident_id
     assert "-> step down to mtp1" in step.explanation
     svc.chat()
@@ -78,6 +81,8 @@ def test_serve_survive_kills_step_down_and_stop(tmp_path: Path, service_factory)
 
 
 def test_bad_engine_argument_retries_are_bounded(tmp_path: Path, service_factory) -> None:
+    """Issue 12: a flag the engine refuses is not retried: one attempt, then the first rung
+    that does not pass it (the flag named in the incident)."""
     policy = demo_policy(
         tmp_path,
         modes=[{"name": "broken", "args": {"--no-such-flag": True, "--max-model-len": 1024}},
@@ -86,14 +91,13 @@ def test_bad_engine_argument_retries_are_bounded(tmp_path: Path, service_factory
         restart={"start_limit_burst": 2, "restart_delay_seconds": 2})
     svc = service_factory(policy)
     runs = svc.ready_runs(1)
-    assert [r.mode for r in runs] == ["broken", "broken", "nospec"]
-    assert [r.outcome for r in runs[:2]] == ["start_failed", "start_failed"]
+    assert [r.mode for r in runs] == ["broken", "nospec"]
+    assert runs[0].outcome == "start_failed"
     assert runs[0].exit_code not in (None, 0)
-    # The second attempt waited for the backoff: not a tight loop.
-    assert (runs[1].started_at - runs[0].ended_at).total_seconds() >= 2
-    incidents = list(reversed(svc.store.incidents()))
-    assert [(i.kind, i.action) for i in incidents] == [
-        ("start_failed", "restart"), ("start_failed", "step_down")]
+    # Info on record (memory_not_back: the next start waited for MemAvailable) aside.
+    incidents = [i for i in reversed(svc.store.incidents()) if i.severity != "info"]
+    assert [(i.kind, i.action) for i in incidents] == [("engine_bad_argument", "step_down")]
+    assert "--no-such-flag" in incidents[0].explanation
     assert "--no-such-flag" in incidents[0].log_tail
     svc.chat()
     assert svc.stop() == 0

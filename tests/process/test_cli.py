@@ -175,3 +175,16 @@ def test_issue_18_a_second_run_on_one_policy_exits_2_naming_the_holder(tmp_path:
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=30)
     assert first.returncode == 0, err
+
+
+def test_issue_12_replay_a_closed_loop_scenario() -> None:
+    scenario = ROOT / "tests" / "fixtures" / "scenarios" / "survivors_after_sigkill.yaml"
+    out = sup("replay", "--scenario", str(scenario), "--policy",
+              str(ROOT / "policies" / "cpu-demo.yaml"))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any("reboot_required" in ln and "survive SIGKILL" in ln for ln in lines)
+    bad = sup("replay", "--scenario", str(ROOT / "README.md"), "--policy",
+              str(ROOT / "policies" / "cpu-demo.yaml"))
+    assert bad.returncode == 2 and "README.md" in bad.stderr
+    assert sup("replay", "--policy", str(ROOT / "policies" / "cpu-demo.yaml")).returncode == 2

@@ -34,12 +34,16 @@ async def test_crash_restart_then_step_down_then_clean_stop(tmp_path: Path) -> N
                    timeout=20, what="step down to safe and ready")
     await sup.writer.flush()
     incidents = reader.incidents()
-    assert [i.kind for i in incidents] == ["exited", "exited"]
+    # The fake server exits on cue and leaves its EngineCore behind: an orphan (issue 12),
+    # killed with the group; the exit itself is the next finding.
+    assert [i.kind for i in incidents] == ["orphan_engine_core", "orphan_engine_core"]
     assert [i.action for i in reversed(incidents)] == ["restart", "step_down"]
-    assert incidents[0].findings[0]["evidence"]["exit_code"] == 0
+    exited = next(f for f in incidents[0].findings if f["kind"] == "exited")
+    assert exited["evidence"]["exit_code"] == 0
+    assert incidents[0].findings[0]["evidence"]["roles"] == ["VLLM::EngineCore"]
     assert "exiting 0 on cue" in incidents[0].log_tail
     (tr,) = reader.transitions()
-    assert (tr.from_mode, tr.to_mode, tr.actor) == ("fast", "safe", "guard:engine_dead")
+    assert (tr.from_mode, tr.to_mode, tr.actor) == ("fast", "safe", "guard:stop_leftovers")
     runs = reader.runs()
     assert [r.mode for r in runs] == ["safe", "fast", "fast"]
     assert "--max-num-seqs" in runs[0].argv and "--exit-after" not in runs[0].argv
@@ -55,8 +59,8 @@ async def test_crash_restart_then_step_down_then_clean_stop(tmp_path: Path) -> N
 
 async def test_start_failures_back_off_step_down_and_give_up(tmp_path: Path) -> None:
     sup, reader = make(tmp_path, [
-        {"name": "broken", "args": {"--bad-flag": True}},
-        {"name": "also-broken", "args": {"--bad-flag": True}},
+        {"name": "broken", "args": {"--fail-start": True}},
+        {"name": "also-broken", "args": {"--fail-start": True}},
     ], restart={"start_limit_burst": 2, "restart_delay_seconds": 0.5})
     t0 = time.monotonic()
     code = await asyncio.wait_for(sup.run(), 30)
@@ -71,8 +75,21 @@ async def test_start_failures_back_off_step_down_and_give_up(tmp_path: Path) -> 
     kinds = [(i.kind, i.action) for i in reversed(reader.incidents())]
     assert kinds == [("start_failed", "restart"), ("start_failed", "step_down"),
                      ("start_failed", "restart"), ("start_failed", "give_up")]
-    assert "unrecognized arguments: --bad-flag" in reader.incidents()[0].log_tail
+    assert "Engine core initialization failed" in reader.incidents()[0].log_tail
     assert time.monotonic() - t0 < 25
+
+
+async def test_issue_12_a_bad_argument_gives_up_after_one_attempt(tmp_path: Path) -> None:
+    sup, reader = make(tmp_path, [
+        {"name": "broken", "args": {"--bad-flag": True}},
+        {"name": "also-broken", "args": {"--bad-flag": True}},
+    ], restart={"start_limit_burst": 2, "restart_delay_seconds": 0.5})
+    assert await asyncio.wait_for(sup.run(), 30) == 1
+    assert [r.mode for r in reader.runs()] == ["broken"]
+    (incident,) = [i for i in reader.incidents() if i.severity != "info"]
+    assert (incident.kind, incident.action) == ("engine_bad_argument", "give_up")
+    assert "--bad-flag" in incident.explanation
+    reader.close()
     reader.close()
 
 
