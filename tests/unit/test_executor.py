@@ -29,8 +29,8 @@ class FakeEngine:
         self.calls: list[tuple] = []
         self.stop_fails = stop_fails
 
-    async def start(self, *, rung: int) -> EngineRun:
-        self.calls.append(("start", rung))
+    async def start(self, *, rung: int, start_args: tuple = ()) -> EngineRun:
+        self.calls.append(("start", rung) + ((dict(start_args),) if start_args else ()))
         self.run = EngineRun(run_id=f"run-{len(self.calls)}", rung=rung, mode=f"m{rung}",
                              argv=["vllm"], log_path=Path("/tmp/x.log"), tmp_dir=Path("/tmp"),
                              started_s=0.0, started_at=datetime.now(UTC), pid=1234)
@@ -163,3 +163,14 @@ async def test_shed_moves_the_gateway_and_hold_notes_a_finding_once_per_run(rig)
     assert recorder.decisions == ["shed"]          # a HOLD is not an action taken
     executor.engine_ready(1)
     assert gateway.calls[-1] == ("release", 1)
+
+
+async def test_issue_12_a_start_carries_its_fallback_flags_and_notes_its_findings(rig) -> None:
+    from supervisor.decide.findings import Response
+    executor, engine, _, recorder, _, _, _ = rig
+    noted = Finding("stop_leftovers", "sigterm_ignored", Severity.INFO, "SIGTERM ignored",
+                    {}, "r0", Response.RECORD)
+    await executor.carry_out(Decision(Action.START, 0, "start", (noted,),
+                                      start_args=(("--enforce-eager", True),)), from_rung=0)
+    assert engine.calls == [("start", 0, {"--enforce-eager": True})]
+    assert [i.kind for i, _, _ in recorder.incidents] == ["sigterm_ignored"]
