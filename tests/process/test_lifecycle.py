@@ -28,6 +28,7 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action
 from supervisor.decide.ladder import LadderState
 from supervisor.errors import EngineStopTimeout
+from supervisor.policy_holder import PolicyHolder
 from supervisor.sense.collect import Sensors
 from supervisor.states import CrashReason, EngineState
 from supervisor.telemetry.window import Window
@@ -40,7 +41,8 @@ MiB = 2**20
 
 def setup(tmp_path: Path, *fake_args: str, **sections):
     policy = fake_engine_policy(tmp_path, fake_args=list(fake_args), **sections)
-    return policy, EngineLauncher(policy), Sensors(policy)
+    holder = PolicyHolder(policy)      # one policy for both, swapped as a reload would
+    return holder, EngineLauncher(holder), Sensors(holder)
 
 
 async def judge(launcher: EngineLauncher, sensors: Sensors, window: Window,
@@ -177,7 +179,7 @@ async def test_issue_12_survivors_of_sigkill_stop_every_start_reboot_required(
 
 async def test_issue_12_memory_held_after_exit_holds_the_next_start(tmp_path: Path) -> None:
     balloon = 6144
-    policy, launcher, sensors = setup(
+    holder, launcher, sensors = setup(
         tmp_path, "--balloon-mb", str(balloon), "--balloon-hold", "6",
         lifecycle={"memory_return_timeout_seconds": 60})
     await sensors.start()
@@ -187,10 +189,8 @@ async def test_issue_12_memory_held_after_exit_holds_the_next_start(tmp_path: Pa
     assert run.mem_available_before_bytes is not None        # recorded at the launch
     before = rebase_before(run, balloon)
     ratio = (before - balloon * MiB / 2) / before
-    launcher.policy = policy = policy.model_copy(update={"lifecycle": policy.lifecycle
-                                                 .model_copy(update={
-                                                     "memory_return_ratio": ratio})})
-    sensors.policy = policy
+    holder.swap(holder.current.model_copy(update={"lifecycle": holder.current.lifecycle
+                                              .model_copy(update={"memory_return_ratio": ratio})}))
     await launcher.stop()
     assert group_members(run.pid) == []    # the engine is gone, the balloon is not
     window = Window(600)
@@ -210,7 +210,7 @@ async def test_issue_12_memory_held_after_exit_holds_the_next_start(tmp_path: Pa
 
 async def test_issue_12_memory_that_stays_held_is_a_reboot_required(tmp_path: Path) -> None:
     balloon = 6144
-    policy, launcher, sensors = setup(
+    holder, launcher, sensors = setup(
         tmp_path, "--balloon-mb", str(balloon), "--balloon-hold", "30",
         lifecycle={"memory_return_timeout_seconds": 2})
     await sensors.start()
@@ -219,9 +219,8 @@ async def test_issue_12_memory_that_stays_held_is_a_reboot_required(tmp_path: Pa
     await wait_for(lambda: "balloon" in run.log_path.read_text(), what="the balloon")
     before = rebase_before(run, balloon)
     ratio = (before - balloon * MiB / 2) / before
-    policy = policy.model_copy(update={"lifecycle": policy.lifecycle.model_copy(
-        update={"memory_return_ratio": ratio})})
-    launcher.policy = sensors.policy = policy
+    holder.swap(holder.current.model_copy(update={"lifecycle": holder.current.lifecycle
+                                              .model_copy(update={"memory_return_ratio": ratio})}))
     await launcher.stop()
     window = Window(600)
     sample, d = await judge(launcher, sensors, window)
@@ -275,7 +274,7 @@ async def test_issue_12_gpu_lost_kills_holds_alerts_and_status_says_reboot(
         writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         line = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus."
         os.write(writer, f"4,9001,{int(time.monotonic() * 1e6)},-;{line}\n".encode())
-        await wait_for(lambda: sup.ladder.reboot_required is not None, timeout=10)
+        await wait_for(lambda: sup.ladder.state.reboot_required is not None, timeout=10)
         await wait_for(lambda: sup.launcher.state is EngineState.STOPPED, timeout=15)
         assert group_members(run.pid) == []
         await asyncio.sleep(1.0)                    # more ticks: no start, no loop
