@@ -14,6 +14,7 @@ misbehaves on cue, the real launcher, the real sensors and the real ``decide()``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -23,7 +24,7 @@ import psutil
 import pytest
 
 from supervisor.act.launcher import EngineLauncher
-from supervisor.act.processes import group_members, read_leftovers
+from supervisor.act.processes import group_members, kill_group, read_leftovers
 from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action
 from supervisor.decide.ladder import LadderState
@@ -39,10 +40,32 @@ from tests.process.test_launcher import wait_for
 MiB = 2**20
 
 
+_LAUNCHED: list[EngineLauncher] = []
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_a_test():
+    """A failed assertion must not leave a fake engine or its balloon behind."""
+    yield
+    while _LAUNCHED:
+        launcher = _LAUNCHED.pop()
+        run = launcher.run
+        if run is None or run.pgid is None:
+            continue
+        kill_group(run.pgid)
+        with contextlib.suppress(OSError):
+            for line in run.log_path.read_text().splitlines():
+                if line.startswith("balloon"):
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(line.rsplit(" ", 1)[1]), signal.SIGKILL)
+
+
 def setup(tmp_path: Path, *fake_args: str, **sections):
     policy = fake_engine_policy(tmp_path, fake_args=list(fake_args), **sections)
     holder = PolicyHolder(policy)      # one policy for both, swapped as a reload would
-    return holder, EngineLauncher(holder), Sensors(holder)
+    launcher = EngineLauncher(holder)
+    _LAUNCHED.append(launcher)
+    return holder, launcher, Sensors(holder)
 
 
 async def judge(launcher: EngineLauncher, sensors: Sensors, window: Window,
