@@ -307,6 +307,30 @@ class GatewaySpec(_Model):
     upstream_timeout_seconds: Seconds = 600.0
     """Longest wait for the engine's next byte (a long generation streams; a long
     non-streaming completion only answers at the end)."""
+    extra_paths: list[Annotated[str, Field(pattern=r"^/[A-Za-z0-9_\-/]*[A-Za-z0-9_\-]$")]] = []
+    """Paths forwarded besides the gateway's allow-list (supervisor/gateway/paths.py), e.g.
+    ``/v1/chat/completions/render``. Admin paths of the engine are refused even here."""
+    max_connections: Annotated[int, Field(ge=1)] = 512
+    """Open client connections at most (more are closed at once); the gateway also keeps
+    below half the process's ``RLIMIT_NOFILE`` so the admin API and the engine keep fds."""
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 65536
+    """A request's line and headers at most (bytes); more gets 431 and the connection
+    closed (nginx's ``large_client_header_buffers`` is 4 x 8 KiB)."""
+    header_timeout_seconds: Seconds = 10.0
+    """A request's headers must arrive within this long of its first byte (or of the
+    connection); else the connection is closed (nginx's ``client_header_timeout``: 60)."""
+    max_body_bytes: Annotated[int, Field(ge=1)] = 32 * 1024 * 1024
+    """A request body at most (bytes; 413 in the caller's API shape). 32 MiB holds a
+    long-context prompt with images; nginx's ``client_max_body_size`` default is 1 MiB."""
+    max_held_requests: Annotated[int, Field(ge=0)] = 1024
+    """Requests queued while the engine is switched at most (then 429)."""
+    max_queued_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024
+    """Bodies of all queued requests together at most (bytes; then 429)."""
+    resume: bool = True
+    """Continue a chat or text completion stream cut by an engine crash on the next
+    engine, from what was sent (supervisor/gateway/resume.py)."""
+    max_resumes_per_request: Annotated[int, Field(ge=0)] = 2
+    """Crashes one stream may be carried across; the next ends it with an error event."""
 
     @field_validator("auth")
     @classmethod

@@ -23,10 +23,12 @@ class AppServer:
     must drain and stop the engine before anything else goes away).
     """
 
-    def __init__(self, app: Any, host: str, port: int, *, name: str) -> None:
+    def __init__(self, app: Any, host: str, port: int, *, name: str, **options: Any) -> None:
+        """``options``: more ``uvicorn.Config`` arguments (the gateway's bounded protocol)."""
         self.name = name
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+                                **options)
         self.server = uvicorn.Server(config)
         self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         self.host, self.port = host, port

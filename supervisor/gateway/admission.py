@@ -34,6 +34,7 @@ class _Waiter:
     future: asyncio.Future[None]
     prompt_tokens: int
     deadline_s: float
+    body_bytes: int = 0
 
 
 class Admission:
@@ -41,15 +42,22 @@ class Admission:
 
     ``limits``: the current mode's (None fields: unlimited), scaled by ``shed_factor``
     while shed. ``hold()``: no new slot is granted (requests queue, with
-    ``hold_timeout_seconds`` instead of the mode's queue timeout, and no queue bound)
-    until ``release()``. ``drained()`` waits until nothing is in flight.
+    ``hold_timeout_seconds`` instead of the mode's queue timeout, and ``max_held``
+    instead of the mode's queue bound) until ``release()``. Whether held or not, the
+    bodies of all queued requests together stay under ``max_queued_bytes`` (issue 17: 500
+    queued 1 MB requests during a switch grew the process to 1 GiB). ``drained()`` waits
+    until nothing is in flight.
     """
 
     def __init__(self, limits: GatewayLimits, *, shed_factor: float = 0.5,
-                 hold_timeout_seconds: float = 600.0) -> None:
+                 hold_timeout_seconds: float = 600.0, max_held: int | None = None,
+                 max_queued_bytes: int | None = None) -> None:
         self.limits = limits
         self.shed_factor = shed_factor
         self.hold_timeout_seconds = hold_timeout_seconds
+        self.max_held = max_held
+        self.max_queued_bytes = max_queued_bytes
+        self.queued_bytes = 0
         self.shed = False
         self.held = False
         self.in_flight = 0
@@ -130,6 +138,7 @@ class Admission:
     def _wake(self) -> None:
         while self._queue and self._free():
             waiter = self._queue.popleft()
+            self.queued_bytes -= waiter.body_bytes
             if waiter.future.done():
                 continue
             self._grant(waiter.prompt_tokens)
@@ -143,23 +152,32 @@ class Admission:
         self._wake()
 
     @asynccontextmanager
-    async def slot(self, prompt_tokens: int = 0) -> AsyncIterator[float]:
+    async def slot(self, prompt_tokens: int = 0, body_bytes: int = 0) -> AsyncIterator[float]:
         """Hold one slot for the body of the ``async with``; yields the seconds queued.
 
-        Raises Rejected when the queue is full or the wait times out.
+        Raises Rejected when the queue is full (in requests or bytes) or the wait times
+        out. Cancelled while queued (the client left): the request leaves the queue and
+        is never sent.
         """
         t0 = time.monotonic()
         if self._free() and not self._queue:
             self._grant(prompt_tokens)
         else:
-            bound = self.max_queue
-            if not self.held and bound is not None and len(self._queue) >= bound:
+            bound = self.max_held if self.held else self.max_queue
+            if bound is not None and len(self._queue) >= bound:
+                why = "held while the engine is switched" if self.held else "queued"
                 raise Rejected("queue_full", 1, f"{self.in_flight} requests in flight and "
-                               f"{len(self._queue)} queued: the queue limit is {bound}")
+                               f"{len(self._queue)} {why}: the limit is {bound}")
+            if self.max_queued_bytes is not None and \
+                    self.queued_bytes + body_bytes > self.max_queued_bytes:
+                raise Rejected("queue_bytes", 1, f"the queued requests' bodies hold "
+                               f"{self.queued_bytes} bytes: the limit is "
+                               f"{self.max_queued_bytes}")
             timeout = self.hold_timeout_seconds if self.held else self.limits.queue_timeout_seconds
             waiter = _Waiter(asyncio.get_running_loop().create_future(), prompt_tokens,
-                             t0 + timeout)
+                             t0 + timeout, body_bytes)
             self._queue.append(waiter)
+            self.queued_bytes += body_bytes
             try:
                 while not waiter.future.done():
                     left = waiter.deadline_s - time.monotonic()
@@ -189,3 +207,4 @@ class Admission:
             self._queue.remove(waiter)
         except ValueError:
             return
+        self.queued_bytes -= waiter.body_bytes

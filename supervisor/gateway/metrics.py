@@ -25,11 +25,17 @@ class GatewayMetrics:
         self.rejections = Counter(
             "supervisor_gateway_rejections_total",
             "Requests refused by the gateway, by reason (queue_full, queue_timeout, "
-            "prompt_too_long, unauthorized).", ["reason"], registry=registry)
+            "queue_bytes, prompt_too_long, unauthorized, path, bad_body, body_too_large).",
+            ["reason"], registry=registry)
         self.retries = Counter(
             "supervisor_gateway_retries_total",
             "Non-streaming or not-yet-started requests retried once on a new engine.",
             registry=registry)
+        self.resumptions = Counter(
+            "supervisor_gateway_resumptions_total",
+            "Streams cut by the engine and continued on the next one, by path, continuation "
+            "(token or text) and outcome (resumed, failed).",
+            ["path", "continuation", "outcome"], registry=registry)
         self.queue_wait = Histogram(
             "supervisor_gateway_queue_wait_seconds", "Time a request waited for a slot.",
             buckets=_LATENCY_BUCKETS, registry=registry)

@@ -1,12 +1,17 @@
 """How long is a prompt? A cheap estimate first, the engine's ``/tokenize`` when it matters.
 
 The estimate (UTF-8 bytes / 4, a common rule for BPE tokenizers on English and code) runs
-on every request and costs nothing. Only when a mode sets ``max_prompt_tokens`` and the
-estimate comes within a factor of 2 of it does the gateway ask the engine's
-``/tokenize`` (vllm/entrypoints/serve/tokenize: ``{"model", "messages"}`` or
-``{"model", "prompt"}`` in, ``{"count", "max_model_len", "tokens"}`` out) for the exact
-count, so the 400 it returns names a real number. Otherwise the engine decides (vLLM
-itself rejects a prompt longer than ``--max-model-len``).
+on every request and costs little: it counts every string and object key under the
+fields that reach the model: ``messages`` (chat), ``prompt`` (completions), ``input``
+(Responses API, embeddings), ``system`` (Anthropic), ``instructions`` (Responses API),
+``tools`` and ``tool_choice`` (their JSON schemas are rendered into the prompt by the
+chat template), and the pooling/scoring inputs (``query``, ``documents``, ``text_1``,
+``text_2``, ``queries``, ``items``, ``data``). Only when a mode sets ``max_prompt_tokens``
+and the estimate comes within a factor of 2 of it does the gateway ask the engine's
+``/tokenize`` (vllm/entrypoints/serve/tokenize/protocol.py: ``{"model", "messages",
+"tools"}`` or ``{"model", "prompt"}`` in, ``{"count", "max_model_len", "tokens"}`` out)
+for the exact count, so the 400 it returns names a real number. Otherwise the engine
+decides (vLLM itself rejects a prompt longer than ``--max-model-len``).
 """
 
 from __future__ import annotations
@@ -16,39 +21,53 @@ from typing import Any
 
 import httpx
 
-__all__ = ["BYTES_PER_TOKEN", "estimate_tokens", "exact_tokens"]
+__all__ = ["BYTES_PER_TOKEN", "PROMPT_FIELDS", "estimate_tokens", "exact_tokens"]
 
 BYTES_PER_TOKEN = 4
+#: Request fields whose text reaches the model.
+PROMPT_FIELDS = ("messages", "prompt", "input", "system", "instructions", "tools",
+                 "tool_choice", "query", "documents", "text_1", "text_2", "queries",
+                 "items", "data")
 
 
-def _text(body: dict[str, Any]) -> str:
-    if "messages" in body:
-        parts = []
-        for m in body.get("messages") or ():
-            content = m.get("content") if isinstance(m, dict) else None
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):
-                parts += [c.get("text", "") for c in content if isinstance(c, dict)]
-        return "\n".join(parts)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        return "\n".join(p for p in prompt if isinstance(p, str))
-    return prompt if isinstance(prompt, str) else ""
+def _text_bytes(value: Any) -> int:
+    """UTF-8 bytes of every string and key under ``value`` (iterative: any depth)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) if item.isascii() else len(item.encode("utf-8", "replace"))
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if isinstance(key, str) and key not in ("role", "type"):
+                    total += len(key)
+                stack.append(sub)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 def estimate_tokens(body: dict[str, Any]) -> int:
-    """Estimated prompt tokens of a chat or completion request body (never raises)."""
-    return len(_text(body).encode("utf-8", errors="replace")) // BYTES_PER_TOKEN + 1
+    """Estimated prompt tokens of a generation request body (never raises)."""
+    total = 0
+    for field in PROMPT_FIELDS:
+        value = body.get(field)
+        if value is not None:
+            total += _text_bytes(value)
+    return total // BYTES_PER_TOKEN + 1
 
 
 async def exact_tokens(client: httpx.AsyncClient, base_url: str, body: dict[str, Any],
                        timeout_seconds: float = 5.0) -> int | None:
     """The engine's own count of the prompt (chat template included), or None if the
-    engine cannot say (not ready, no /tokenize, an error)."""
+    engine cannot say (not ready, no /tokenize, an error, a field it cannot count)."""
     req: dict[str, Any] = {"model": body.get("model")}
-    if "messages" in body:
+    if isinstance(body.get("messages"), list) and "system" not in body:
         req["messages"] = body["messages"]
+        tools = body.get("tools")
+        if isinstance(tools, list) and all(isinstance(t, dict) and "function" in t
+                                           for t in tools):
+            req["tools"] = tools          # OpenAI's shape; Anthropic's has input_schema
     elif isinstance(body.get("prompt"), str):
         req["prompt"] = body["prompt"]
     else:

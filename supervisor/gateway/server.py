@@ -16,8 +16,11 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from supervisor.gateway.admission import Admission
+from supervisor.gateway.connections import bounded_protocol, connection_limit
 from supervisor.gateway.metrics import GatewayMetrics
+from supervisor.gateway.paths import Routes
 from supervisor.gateway.proxy import GatewayApp
+from supervisor.gateway.resume import ResumptionLog
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
 from supervisor.serve import AppServer
@@ -41,9 +44,13 @@ class Gateway:
         self.mode_name = policy.modes[rung].name
         self.admission = Admission(policy.modes[rung].gateway,
                                    shed_factor=policy.hysteresis.shed_factor,
-                                   hold_timeout_seconds=self.spec.hold_timeout_seconds)
+                                   hold_timeout_seconds=self.spec.hold_timeout_seconds,
+                                   max_held=self.spec.max_held_requests,
+                                   max_queued_bytes=self.spec.max_queued_bytes)
         self.admission.hold()
         self.metrics = GatewayMetrics(registry)
+        self.resumptions = ResumptionLog(self.metrics)
+        self.routes = self._routes(self.spec.extra_paths)
         self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
@@ -56,6 +63,14 @@ class Gateway:
         """The proxied traffic's client: opened in ``start`` (it needs the running loop)."""
         self.app = GatewayApp(self)
         self._server: AppServer | None = None
+
+    @staticmethod
+    def _routes(extra_paths: list[str]) -> Routes:
+        routes = Routes(extra_paths)
+        if routes.ignored:
+            logger.warning("gateway.extra_paths: not forwarded, engine admin paths or not in "
+                           "normal form: %s", ", ".join(routes.ignored))
+        return routes
 
     # -- GatewayLoadSource -----------------------------------------------------------
 
@@ -102,6 +117,9 @@ class Gateway:
         self.upstream_key = os.environ.get(env) if env else None
         self.admission.shed_factor = policy.hysteresis.shed_factor
         self.admission.hold_timeout_seconds = self.spec.hold_timeout_seconds
+        self.admission.max_held = self.spec.max_held_requests
+        self.admission.max_queued_bytes = self.spec.max_queued_bytes
+        self.routes = self._routes(self.spec.extra_paths)
         self.mode_name = policy.modes[rung].name
         self.admission.set_limits(policy.modes[rung].gateway)
 
@@ -138,7 +156,12 @@ class Gateway:
                                           sock_read=self.spec.upstream_timeout_seconds),
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
             auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
-        self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway")
+        limit = connection_limit(self.spec.max_connections)
+        protocol = bounded_protocol(max_connections=limit,
+                                    max_header_bytes=self.spec.max_header_bytes,
+                                    header_timeout_seconds=self.spec.header_timeout_seconds)
+        self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway",
+                                 http=protocol)
         await self._server.start()
         logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
                     self.spec.port)

@@ -176,7 +176,8 @@ async def test_non_streaming_request_lost_in_a_crash_is_retried_once(tmp_path: P
 
 
 async def test_a_stream_broken_mid_way_ends_with_an_sse_error_event(tmp_path: Path) -> None:
-    async with Rig(tmp_path, engine_args=("--tokens", "6", "--break-stream-after", "2")) as rig:
+    async with Rig(tmp_path, engine_args=("--tokens", "6", "--break-stream-after", "2"),
+                   gateway={"resume": False}) as rig:
         async with httpx.AsyncClient() as c, c.stream(
                 "POST", rig.url + "/v1/chat/completions", json=chat(stream=True)) as r:
             lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]

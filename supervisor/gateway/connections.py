@@ -1,0 +1,118 @@
+"""Bounded client connections: uvicorn's httptools protocol with three limits added.
+
+uvicorn 0.54 has none of them on its own (its ``timeout_keep_alive`` is cancelled by any
+byte that arrives, and httptools keeps a header that never ends in memory): issue 17
+measured 1,100 connections that never finished their headers starving the admin API and
+every tick under ``LimitNOFILE=1024``, and a 200 MiB header growing the process from 64 to
+458 MiB. So, per connection:
+
+- ``max_connections``: a connection beyond it is answered 503 and closed at once (its fd
+  comes back); the limit in force is also kept under half of ``RLIMIT_NOFILE`` so the
+  admin API, the engine's sockets and the store keep theirs;
+- ``max_header_bytes``: request line and headers beyond it: 431, connection closed;
+- ``header_timeout_seconds``: counted from the connection or from a request's first byte
+  to the end of its headers, never reset by a trickle of bytes (nginx's
+  ``client_header_timeout``): then the connection is closed.
+
+The parser is unchanged (llhttp through httptools, C speed on the hot path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["bounded_protocol", "connection_limit"]
+
+logger = logging.getLogger(__name__)
+
+
+def connection_limit(configured: int) -> int:
+    """``configured``, or half the soft ``RLIMIT_NOFILE`` if that is lower."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(1, min(configured, soft // 2))
+
+
+def _reply(transport: asyncio.BaseTransport, status: bytes) -> None:
+    if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+        transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n"
+                        b"connection: close\r\n\r\n")
+    transport.close()
+
+
+def bounded_protocol(*, max_connections: int, max_header_bytes: int,
+                     header_timeout_seconds: float) -> type[asyncio.Protocol]:
+    """A protocol class for ``uvicorn.Config(http=...)`` with these limits."""
+
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        _header_bytes = 0
+        _awaiting_headers = True
+        _header_timer: asyncio.TimerHandle | None = None
+        _turned_away = False
+        refused: ClassVar[dict[str, int]] = {"connections": 0, "header_bytes": 0,
+                                             "header_timeout": 0}
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            if len(self.connections) >= max_connections:
+                self.refused["connections"] += 1
+                self._turned_away = True
+                self.transport = transport
+                self._awaiting_headers = False
+                _reply(transport, b"503 Service Unavailable")
+                return
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_seconds,
+                                                      self._header_timeout)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            if self._awaiting_headers and not self.transport.is_closing():
+                self.refused["header_timeout"] += 1
+                _reply(self.transport, b"408 Request Timeout")
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            if self._turned_away:
+                return
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._awaiting_headers:
+                super().data_received(data)
+                return
+            self._header_bytes += len(data)
+            super().data_received(data)
+            if self._awaiting_headers and self._header_bytes > max_header_bytes \
+                    and not self.transport.is_closing():
+                self.refused["header_bytes"] += 1
+                _reply(self.transport, b"431 Request Header Fields Too Large")
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if not self._awaiting_headers:      # a new request on a kept-alive connection
+                self._awaiting_headers = True
+                self._header_bytes = 0
+                self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._awaiting_headers = False
+            self._header_bytes = 0
+            self._disarm()
+            super().on_headers_complete()
+
+    return BoundedHttpToolsProtocol

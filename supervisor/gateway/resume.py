@@ -1,0 +1,336 @@
+"""Streams carried across an engine crash: the client sees one unbroken stream.
+
+NVIDIA Dynamo calls this request migration (docs/fault-tolerance/request-migration.md in
+ai-dynamo/dynamo, lib/llm/src/migration.rs): when a worker dies mid-stream, the frontend
+sends the request again to a live worker with the tokens generated so far appended to the
+prompt, ``max_tokens`` reduced by them, and the client's stream goes on, "no tokens lost
+or duplicated", at most ``migration_limit`` times per request. Here the new worker is the
+same engine restarted by the supervisor, so the stream is held open meanwhile with SSE
+comments (``: ...``, ignored by SSE decoders).
+
+Which continuation each path gets:
+
+- ``/v1/completions``, a string or token-id prompt: **token-level**, as Dynamo does. The
+  gateway adds ``"return_token_ids": true`` to the request (vLLM 0.32.0,
+  vllm/entrypoints/openai/completion/protocol.py: "In streaming mode, prompt_token_ids is
+  included only in the first chunk, and token_ids contains the delta tokens for each
+  chunk"), so the continuation's prompt is ``prompt_token_ids + token ids sent`` (vLLM's
+  completions endpoint takes a prompt of token ids) and nothing is re-tokenized. The
+  client's chunks then carry those two extra fields (unknown fields are ignored by the
+  OpenAI SDK). Without ids in the chunks (an engine that ignores the field) the
+  fallback is text-level: the text sent is appended to the prompt.
+- ``/v1/chat/completions``: **text-level**. The text sent becomes a final assistant message
+  continued with ``continue_final_message: true, add_generation_prompt: false`` (vLLM
+  chat_completion/protocol.py), so the chat template renders it as the start of the
+  answer. Exact where the tokenizer splits the text at the cut as the model emitted it
+  (greedy decoding on the CPU engine: the same text, tests/integration). Tokens sent are
+  counted one per content chunk (vLLM sends one chunk per engine step; with speculative
+  decoding a chunk may hold several, so ``max_tokens`` may then allow a few more).
+- ``/v1/messages``, ``/v1/responses`` and every other stream: not resumed; a cut ends with
+  an error event in the API's shape (not built yet: their continuation needs the
+  request translated, item 1 of issue 14 left open).
+
+Not resumed, ended with a clear error event instead (a continuation would not be the
+stream the client asked for): ``n > 1`` or ``best_of``, ``logprobs`` / ``top_logprobs``
+(chat) or ``logprobs`` (completions), ``echo``, a batch of prompts, beam search, and a
+chat stream cut inside a tool call (``delta.tool_calls`` seen: the tool parser has
+consumed the model's raw text, which cannot be continued faithfully) or with reasoning
+content (``reasoning_content``: the same). Usage is summed: completion tokens of all
+parts; prompt tokens those of the last part less the tokens sent before it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from supervisor.gateway.metrics import GatewayMetrics
+
+__all__ = ["Resumption", "ResumptionLog", "StreamTap", "plan_resumption"]
+
+logger = logging.getLogger(__name__)
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+_ERROR_EVENT = b'data: {"error"'
+_ABORT = (b'"finish_reason":"abort"', b'"finish_reason": "abort"')
+_DONE = b"data: [DONE]"
+
+
+@dataclass
+class Resumption:
+    """How one streaming request can be continued (``unsupported``: why it cannot)."""
+
+    path: str
+    body: dict[str, Any]
+    upstream_raw: bytes
+    token_level: bool = False
+    unsupported: str | None = None
+
+    def refusal(self, tap: StreamTap, resumes: int, limit: int) -> str | None:
+        """Why this cut stream is not resumed (None: resume it)."""
+        if self.unsupported is not None:
+            return self.unsupported
+        if resumes >= limit:
+            return f"it was already resumed {resumes} times (max_resumes_per_request)"
+        state = tap.state()
+        if state.tool_call:
+            return "it was cut inside a tool call, which cannot be continued faithfully"
+        if state.reasoning:
+            return "it was cut in reasoning content, which cannot be continued faithfully"
+        if state.choices > 1:
+            return "it has more than one choice"
+        return None
+
+    def continuation(self, tap: StreamTap) -> bytes:
+        """The request that continues the stream from what the client has."""
+        state = tap.state()
+        body = copy.deepcopy(self.body)
+        sent = state.tokens
+        for key in ("max_tokens", "max_completion_tokens"):
+            if isinstance(body.get(key), int):
+                body[key] = max(1, body[key] - sent)
+        if self.path == COMPLETIONS:
+            if self.token_level and state.prompt_ids is not None and \
+                    len(state.ids) == sent:
+                body["prompt"] = state.prompt_ids + state.ids
+            elif isinstance(body.get("prompt"), str):
+                body["prompt"] = body["prompt"] + state.text
+            if self.token_level:
+                body["return_token_ids"] = True
+        else:
+            messages = list(body.get("messages") or [])
+            last = messages[-1] if messages else None
+            if body.get("continue_final_message") and isinstance(last, dict) and \
+                    last.get("role") == "assistant" and isinstance(last.get("content"), str):
+                messages[-1] = {**last, "content": last["content"] + state.text}
+            elif state.text:
+                messages.append({"role": "assistant", "content": state.text})
+            if state.text or body.get("continue_final_message"):
+                body["continue_final_message"] = True
+                body["add_generation_prompt"] = False
+            body["messages"] = messages
+        return json.dumps(body).encode()
+
+
+def plan_resumption(path: str, body: dict[str, Any], raw: bytes) -> Resumption | None:
+    """The plan for a streaming chat or text completion (None: not a resumable kind of
+    request at all, e.g. not streaming, another path)."""
+    if path not in (CHAT, COMPLETIONS) or body.get("stream") is not True:
+        return None
+    why = None
+    if (body.get("n") or 1) != 1 or (body.get("best_of") or 1) != 1:
+        why = "it asks for more than one choice (n or best_of)"
+    elif body.get("logprobs") or body.get("top_logprobs") or body.get("prompt_logprobs"):
+        why = "it asks for logprobs, which a continuation would not reproduce"
+    elif body.get("echo") or body.get("use_beam_search"):
+        why = "echo and beam search cannot be continued"
+    elif path == COMPLETIONS and not (isinstance(body.get("prompt"), str) or (
+            isinstance(body.get("prompt"), list) and body["prompt"]
+            and all(isinstance(t, int) for t in body["prompt"]))):
+        why = "its prompt is a batch, which is not resumed"
+    if why is not None:
+        return Resumption(path, body, raw, unsupported=f"not resumed: {why}")
+    token_level = path == COMPLETIONS
+    upstream = raw
+    if token_level and "return_token_ids" not in body:
+        end = raw.rstrip().rfind(b"}")
+        upstream = raw[:end] + b',"return_token_ids":true}'
+    return Resumption(path, body, upstream, token_level=token_level)
+
+
+@dataclass
+class StreamState:
+    """What the client has been sent, parsed from the SSE events (at a cut only)."""
+
+    text: str = ""
+    tokens: int = 0
+    ids: list[int] = field(default_factory=list)
+    prompt_ids: list[int] | None = None
+    tool_call: bool = False
+    reasoning: bool = False
+    choices: int = 1
+    id: str | None = None
+    created: int | None = None
+
+
+def _events(data: bytes) -> list[dict[str, Any]]:
+    out = []
+    for event in data.split(b"\n\n"):
+        for line in event.split(b"\n"):
+            if line.startswith(b"data: {") or line.startswith(b"data:{"):
+                try:
+                    obj = json.loads(line[5:])
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    return out
+
+
+class StreamTap:
+    """Between the engine's stream and the client: passes whole SSE events on.
+
+    With ``record`` (a resumable stream) it keeps what was sent, and holds back an engine
+    error event (``data: {"error"...``, which vLLM sends when its engine dies mid-stream:
+    chat_completion/serving.py ``create_streaming_error_response``) or an ``abort``
+    finish, which mark a cut. Without it, chunks go on untouched. After a resumption
+    (``continue_with``) the continuation's events are rewritten into the first part's
+    (its id, no second role chunk, no second prompt ids, usage summed).
+    """
+
+    def __init__(self, *, record: bool) -> None:
+        self.record = record
+        self.sent = bytearray()
+        self.engine_error: bytes | None = None
+        self.done = False
+        self._pending = b""
+        self._plan: Resumption | None = None
+        self._base_tokens = 0
+        self._base: StreamState | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes to pass on for ``chunk`` (maybe empty: an event not yet whole)."""
+        if not self.record:
+            return chunk
+        data = self._pending + chunk if self._pending else chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._pending = data
+            return b""
+        out, self._pending = data[:end + 2], data[end + 2:]
+        cut = out.find(_ERROR_EVENT)
+        for abort in _ABORT:
+            at = out.find(abort)
+            if at >= 0:
+                start = out.rfind(b"\n\n", 0, at)
+                at = 0 if start < 0 else start + 2
+                cut = at if cut < 0 else min(cut, at)
+        if cut >= 0:
+            self.engine_error = out[cut:]
+            out = out[:cut]
+        if self._plan is not None:
+            out = self._rewrite(out)
+        if _DONE in out:
+            self.done = True
+        self.sent += out
+        return out
+
+    def state(self) -> StreamState:
+        """What the client has, parsed from everything sent."""
+        s = StreamState()
+        for ev in _events(bytes(self.sent)):
+            s.id = s.id or ev.get("id")
+            s.created = s.created or ev.get("created")
+            if isinstance(ev.get("prompt_token_ids"), list) and s.prompt_ids is None:
+                s.prompt_ids = ev["prompt_token_ids"]
+            for ch in ev.get("choices") or ():
+                if not isinstance(ch, dict):
+                    continue
+                if ch.get("index", 0) != 0:
+                    s.choices = max(s.choices, int(ch.get("index", 0)) + 1)
+                    continue
+                if s.prompt_ids is None and isinstance(ch.get("prompt_token_ids"), list):
+                    s.prompt_ids = ch["prompt_token_ids"]
+                piece = ch.get("text")
+                delta = ch.get("delta") or {}
+                if isinstance(delta, dict):
+                    if delta.get("tool_calls"):
+                        s.tool_call = True
+                    if delta.get("reasoning_content") or delta.get("reasoning"):
+                        s.reasoning = True
+                    piece = delta.get("content") if piece is None else piece
+                ids = ch.get("token_ids")
+                if isinstance(ids, list):
+                    s.ids += ids
+                if isinstance(piece, str) and piece:
+                    s.text += piece
+                    if not isinstance(ids, list):
+                        s.tokens += 1
+        if s.ids:
+            s.tokens = len(s.ids)
+        return s
+
+    def tokens_sent(self) -> int:
+        """Tokens the client has (see the module docstring for how chat counts)."""
+        return self.state().tokens
+
+    def continue_with(self, plan: Resumption) -> None:
+        """From now on the events come from a continuation of ``plan``."""
+        self._base = self.state()
+        self._base_tokens = self._base.tokens
+        self._plan = plan
+        self._pending = b""
+        self.engine_error = None
+        self.done = False
+
+    def _rewrite(self, data: bytes) -> bytes:
+        base = self._base
+        assert base is not None
+        out = []
+        for event in data.split(b"\n\n"):
+            if not event:
+                continue
+            if not event.startswith(b"data: {"):
+                out.append(event + b"\n\n")
+                continue
+            try:
+                ev = json.loads(event[6:])
+            except ValueError:
+                out.append(event + b"\n\n")
+                continue
+            ev.pop("prompt_token_ids", None)
+            if base.id is not None:
+                ev["id"] = base.id
+            if base.created is not None and "created" in ev:
+                ev["created"] = base.created
+            keep = []
+            for ch in ev.get("choices") or ():
+                if isinstance(ch, dict):
+                    ch.pop("prompt_token_ids", None)
+                    delta = ch.get("delta")
+                    if isinstance(delta, dict) and "role" in delta:
+                        delta.pop("role")
+                        if not delta.get("content") and not ch.get("finish_reason"):
+                            continue              # the continuation's opening chunk
+                keep.append(ch)
+            if ev.get("choices") and not keep:
+                continue
+            if "choices" in ev:
+                ev["choices"] = keep
+            usage = ev.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                sent = self._base_tokens
+                usage["completion_tokens"] += sent
+                if isinstance(usage.get("prompt_tokens"), int):
+                    usage["prompt_tokens"] = max(0, usage["prompt_tokens"] - sent)
+                    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            out.append(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
+        return b"".join(out)
+
+
+class ResumptionLog:
+    """Every resumption: a counter by path and outcome, an INFO line, and the last 100
+    in memory (``/gateway/status``)."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self.recent: deque[dict[str, Any]] = deque(maxlen=100)
+
+    def record(self, plan: Resumption, tap: StreamTap, *, ok: bool, waited: float) -> None:
+        """One resumption tried (``ok``: the continuation is streaming)."""
+        tokens = tap.tokens_sent()
+        kind = "token" if plan.token_level else "text"
+        outcome = "resumed" if ok else "failed"
+        self.metrics.resumptions.labels(plan.path, kind, outcome).inc()
+        self.recent.append({"at": time.time(), "path": plan.path, "continuation": kind,
+                            "tokens_before": tokens, "waited_seconds": round(waited, 3),
+                            "outcome": outcome})
+        logger.info("stream on %s %s after %d tokens (%s-level continuation, %.1f s held)",
+                    plan.path, outcome, tokens, kind, waited)
