@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -46,7 +48,8 @@ BALLOON_CODE = (
     "    os.write(fd, chunk)\n"
     "print('balloon', int(sys.argv[1]) * 2**20, flush=True)\n"
     "time.sleep(float(sys.argv[2]))\n")
-state: dict = {"core_dead": False, "metrics": "", "hang": False, "completions": 0}
+state: dict = {"core_dead": False, "metrics": "", "hang": False, "completions": 0,
+               "seen": [], "aborted": 0}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -54,12 +57,17 @@ class Handler(BaseHTTPRequestHandler):
     # then an incomplete chunked body, not a clean end of an HTTP/1.0 response.
     protocol_version = "HTTP/1.1"
     def do_GET(self) -> None:
+        if self.path not in ("/health", "/metrics") and not self.path.startswith("/debug/"):
+            state["seen"].append(["GET", self.path])
         if self.path == "/health":
             self._send(503 if state["core_dead"] else 200, b"")
         elif self.path == "/metrics":
             self._send(200, state["metrics"].encode())
         elif self.path == "/debug/last-auth":
             self._send(200, json.dumps({"authorization": state.get("last_auth")}).encode())
+        elif self.path == "/debug/seen":
+            self._send(200, json.dumps({"seen": state["seen"],
+                                        "aborted": state["aborted"]}).encode())
         elif self.path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [
                 {"id": "fake-model", "object": "model"}]}).encode())
@@ -70,8 +78,13 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         raw = self.rfile.read(length)
         state["completions"] += 1
+        state["seen"].append(["POST", self.path])
         state["last_auth"] = self.headers.get("Authorization")
-        body = json.loads(raw or b"{}")
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._send(400, b'{"error": {"message": "engine: not JSON"}}')
+            return
         if self.path == "/tokenize":
             text = " ".join(m.get("content", "") for m in body.get("messages", [])) \
                 or body.get("prompt", "")
@@ -84,6 +97,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/completions":
             self._send(404, b"{}")
             return
+        if body.get("stream"):
+            self._completion_stream(body)
+            return
         if state["hang"]:
             time.sleep(3600)   # a hung engine: the request is taken and never answered
         body = {"object": "text_completion", "choices": [{"index": 0, "text": "!"}],
@@ -92,9 +108,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict) -> None:
         """An OpenAI chat completion of ``state["tokens"]`` words, streamed or not."""
-        words = [f"w{i}" for i in range(state["tokens"])]
+        start = 0
+        last = (body.get("messages") or [{}])[-1]
+        if body.get("continue_final_message") and last.get("role") == "assistant":
+            start = len(last.get("content", "").split())    # continue after those words
+        words = [f"w{i}" for i in range(start, state["tokens"])]
+        if isinstance(body.get("max_tokens"), int):
+            words = words[:body["max_tokens"]]
         if not body.get("stream"):
-            time.sleep(state["delay"] * len(words))
+            if not self._wait_or_abort(state["delay"] * len(words)):
+                return
             reply = {"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
                      "choices": [{"index": 0, "finish_reason": "stop", "message": {
                          "role": "assistant", "content": " ".join(words)}}],
@@ -117,6 +140,54 @@ class Handler(BaseHTTPRequestHandler):
         usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
                  "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(words),
                                           "total_tokens": 3 + len(words)}}
+        self._chunk(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        self._chunk(b"")
+
+    def _wait_or_abort(self, seconds: float) -> bool:
+        """Sleep, unless the client closes the connection (then count an abort, as
+        vLLM's ``with_cancellation`` aborts the request): False if it did."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.connection], [], [], 0.05)
+            if ready and not self.connection.recv(1, socket.MSG_PEEK):
+                state["aborted"] += 1
+                return False
+        return True
+
+    def _completion_stream(self, body: dict) -> None:
+        """A streamed text completion of ``state["tokens"]`` words, token id i for word
+        i; with ``return_token_ids``, vLLM's fields; a token-id prompt continues after
+        the ids below 1000 it holds (the words already generated)."""
+        prompt = body.get("prompt")
+        ids = body.get("return_token_ids")
+        if isinstance(prompt, list):
+            prompt_ids, start = prompt, sum(1 for t in prompt if t < 1000)
+        else:
+            prompt_ids = [1000 + j for j in range(len(prompt.split()))]
+            start = sum(1 for w in prompt.split() if w.startswith("w") and w[1:].isdigit())
+        n = state["tokens"] - start
+        if isinstance(body.get("max_tokens"), int):
+            n = min(n, body["max_tokens"])
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for k, i in enumerate(range(start, start + n)):
+            if state["break_after"] is not None and i == state["break_after"]:
+                os._exit(1)
+            choice = {"index": 0, "text": f"w{i} ", "finish_reason": None}
+            if ids:
+                choice["token_ids"] = [i]
+                if k == 0:
+                    choice["prompt_token_ids"] = prompt_ids
+            chunk = {"id": "cmpl-fake", "object": "text_completion", "model": "fake-model",
+                     "choices": [choice]}
+            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+            time.sleep(state["delay"])
+        usage = {"id": "cmpl-fake", "object": "text_completion", "model": "fake-model",
+                 "choices": [], "usage": {"prompt_tokens": len(prompt_ids),
+                                          "completion_tokens": n,
+                                          "total_tokens": len(prompt_ids) + n}}
         self._chunk(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         self._chunk(b"")
 
