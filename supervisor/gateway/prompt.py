@@ -70,6 +70,8 @@ async def exact_tokens(client: httpx.AsyncClient, base_url: str, body: dict[str,
             req["tools"] = tools          # OpenAI's shape; Anthropic's has input_schema
     elif isinstance(body.get("prompt"), str):
         req["prompt"] = body["prompt"]
+        if "add_special_tokens" in body:
+            req["add_special_tokens"] = body["add_special_tokens"]
     else:
         return None
     try:

@@ -150,7 +150,8 @@ def _gateway_api(gw: Gateway) -> FastAPI:
                 "max_queue": a.max_queue,
                 "max_prompt_tokens": a.limits.max_prompt_tokens,
                 "requests_in_flight": a.in_flight, "requests_queued": a.queued,
-                "bytes_queued": a.queued_bytes}
+                "bytes_queued": a.queued_bytes,
+                "resumptions": list(gw.resumptions.recent)[-20:]}
 
     return app
 
@@ -475,7 +476,13 @@ async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
     """Send the continuation; on failure wait for the engine again (within the hold
     timeout). None: it never answered with a stream."""
     deadline = time.monotonic() + gw.spec.hold_timeout_seconds
-    raw = plan.continuation(tap)
+    counted = None
+    if not plan.token_level:
+        text = tap.state().text
+        counted = await exact_tokens(gw.client, gw.base_url, {
+            "model": plan.body.get("model"), "prompt": text, "add_special_tokens": False}) \
+            if text else 0
+    raw = plan.continuation(tap, counted)
     for _ in range(_CONTINUATION_TRIES):
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             resp = await send_upstream(gw, "POST", plan.path, query, raw, headers)

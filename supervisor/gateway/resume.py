@@ -1,12 +1,13 @@
 """Streams carried across an engine crash: the client sees one unbroken stream.
 
-NVIDIA Dynamo calls this request migration (docs/fault-tolerance/request-migration.md in
-ai-dynamo/dynamo, lib/llm/src/migration.rs): when a worker dies mid-stream, the frontend
-sends the request again to a live worker with the tokens generated so far appended to the
-prompt, ``max_tokens`` reduced by them, and the client's stream goes on, "no tokens lost
-or duplicated", at most ``migration_limit`` times per request. Here the new worker is the
-same engine restarted by the supervisor, so the stream is held open meanwhile with SSE
-comments (``: ...``, ignored by SSE decoders).
+NVIDIA Dynamo calls this request migration (https://docs.nvidia.com/dynamo/dev/kubernetes/
+fault-tolerance/request-migration, code in ai-dynamo/dynamo lib/llm/src/migration.rs): when
+a worker dies mid-stream, the frontend sends the request again to a live worker with the
+tokens generated so far appended to the prompt and the remaining token budget reduced by
+them, and the client's stream goes on, "no tokens lost or duplicated", at most
+``--migration-limit`` times per request (off by default there; "start with 3"). Here
+the new worker is the same engine restarted by the supervisor, so the stream is held open
+meanwhile with SSE comments (``: ...``, ignored by SSE decoders).
 
 Which continuation each path gets:
 
@@ -24,8 +25,9 @@ Which continuation each path gets:
   chat_completion/protocol.py), so the chat template renders it as the start of the
   answer. Exact where the tokenizer splits the text at the cut as the model emitted it
   (greedy decoding on the CPU engine: the same text, tests/integration). Tokens sent are
-  counted one per content chunk (vLLM sends one chunk per engine step; with speculative
-  decoding a chunk may hold several, so ``max_tokens`` may then allow a few more).
+  counted by the new engine's ``/tokenize`` of the text sent (``add_special_tokens:
+  false``), or one per content chunk if it cannot say (vLLM skips chunks whose text is
+  still empty and, with speculative decoding, may put several tokens in one).
 - ``/v1/messages``, ``/v1/responses`` and every other stream: not resumed; a cut ends with
   an error event in the API's shape (not built yet: their continuation needs the
   request translated, item 1 of issue 14 left open).
@@ -88,9 +90,13 @@ class Resumption:
             return "it has more than one choice"
         return None
 
-    def continuation(self, tap: StreamTap) -> bytes:
-        """The request that continues the stream from what the client has."""
+    def continuation(self, tap: StreamTap, tokens_sent: int | None = None) -> bytes:
+        """The request that continues the stream from what the client has
+        (``tokens_sent``: the engine's count of the text sent, if known)."""
         state = tap.state()
+        if tokens_sent is not None and not (self.token_level and state.ids):
+            state.tokens = tokens_sent
+            tap.counted = tokens_sent
         body = copy.deepcopy(self.body)
         sent = state.tokens
         for key in ("max_tokens", "max_completion_tokens"):
@@ -194,6 +200,8 @@ class StreamTap:
         self._plan: Resumption | None = None
         self._base_tokens = 0
         self._base: StreamState | None = None
+        self.counted: int | None = None
+        """The engine's count of the text sent, when a continuation asked for it."""
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to pass on for ``chunk`` (maybe empty: an event not yet whole)."""
@@ -255,6 +263,8 @@ class StreamTap:
                         s.tokens += 1
         if s.ids:
             s.tokens = len(s.ids)
+        elif self.counted is not None:
+            s.tokens = self.counted
         return s
 
     def tokens_sent(self) -> int:

@@ -94,6 +94,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/chat/completions":
             self._chat(body)
             return
+        if self.path == "/v1/messages":
+            self._messages(body)
+            return
         if self.path != "/v1/completions":
             self._send(404, b"{}")
             return
@@ -141,6 +144,42 @@ class Handler(BaseHTTPRequestHandler):
                  "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(words),
                                           "total_tokens": 3 + len(words)}}
         self._chunk(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        self._chunk(b"")
+
+    def _messages(self, body: dict) -> None:
+        """An Anthropic message of ``state["tokens"]`` words, streamed as vLLM's
+        anthropic/serving.py does (message_start, content_block_delta ..., message_stop)
+        or whole."""
+        words = [f"w{i}" for i in range(state["tokens"])]
+        if not body.get("stream"):
+            self._send(200, json.dumps({
+                "id": "msg_fake", "type": "message", "role": "assistant",
+                "model": "fake-model", "content": [{"type": "text", "text": " ".join(words)}],
+                "stop_reason": "end_turn", "usage": {"input_tokens": 3,
+                                                     "output_tokens": len(words)}}).encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def event(kind: str, data: dict) -> None:
+            self._chunk(f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
+                        .encode())
+        event("message_start", {"message": {"id": "msg_fake", "type": "message",
+                                            "role": "assistant", "model": "fake-model",
+                                            "content": [], "usage": {"input_tokens": 3,
+                                                                     "output_tokens": 0}}})
+        event("content_block_start", {"index": 0, "content_block": {"type": "text",
+                                                                    "text": ""}})
+        for word in words:
+            event("content_block_delta", {"index": 0, "delta": {"type": "text_delta",
+                                                                "text": word + " "}})
+            time.sleep(state["delay"])
+        event("content_block_stop", {"index": 0})
+        event("message_delta", {"delta": {"stop_reason": "end_turn"},
+                                "usage": {"output_tokens": len(words)}})
+        event("message_stop", {})
         self._chunk(b"")
 
     def _wait_or_abort(self, seconds: float) -> bool:

