@@ -22,6 +22,8 @@ MODES = [{"name": "nospec", "args": {"--max-num-seqs": 4, "--max-model-len": 102
 PROMPT = "I will read the file in main.py"
 #: Long enough that a kill after the first chunks lands mid-stream (~1,000 tokens/s here).
 LONG = 900
+#: This anthropic SDK (2.x) takes no temperature argument; the body field still works.
+GREEDY = {"temperature": 0}
 
 
 def metric(svc, name: str) -> float:
@@ -82,11 +84,11 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
         model="tiny-agent", temperature=0, max_tokens=16, stream=True,
         messages=[{"role": "user", "content": PROMPT}]) if c.choices)
     assert streamed == text
-    msg = an.messages.create(model="tiny-agent", max_tokens=16, temperature=0,
+    msg = an.messages.create(model="tiny-agent", max_tokens=16, extra_body=GREEDY,
                              messages=[{"role": "user", "content": PROMPT}])
     assert msg.type == "message" and msg.content[0].text == text
     assert msg.usage.output_tokens == 16
-    with an.messages.stream(model="tiny-agent", max_tokens=16, temperature=0,
+    with an.messages.stream(model="tiny-agent", max_tokens=16, extra_body=GREEDY,
                             messages=[{"role": "user", "content": PROMPT}]) as s:
         atext = "".join(s.text_stream)
         final = s.get_final_message()
