@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -20,9 +21,8 @@ from tests.integration.conftest import demo_policy, engine_core_pid
 
 MODES = [{"name": "nospec", "args": {"--max-num-seqs": 4, "--max-model-len": 1024}}]
 PROMPT = "I will read the file in main.py"
-#: Long enough that a kill after the first chunks lands mid-stream: the engine runs ahead
-#: of the API server's stream (a kill after 20 events found all 900 tokens made), so
-#: the kill comes right after the first tokens.
+#: Long enough that a kill 0.25 s after the first chunk lands mid-stream (900 tokens took
+#: 1.6 s here, straight from the engine).
 LONG = 900
 #: This anthropic SDK (2.x) takes no temperature argument; the body field still works.
 GREEDY = {"temperature": 0}
@@ -47,21 +47,27 @@ def completion_stream(client: openai.OpenAI):
         extra_body={"ignore_eos": True}, stream_options={"include_usage": True})
 
 
-def read(stream, kill_after: int | None = None, api_pid: int | None = None):
-    """Text and usage of a stream; SIGKILL the EngineCore after ``kill_after`` chunks."""
-    text, usage, chunks = "", None, 0
+def read(stream, kill_after_s: float | None = None, api_pid: int | None = None):
+    """Text and usage of a stream; SIGKILL the EngineCore ``kill_after_s`` after the first
+    chunk. Timed from the engine's side, not by chunks read: the client reads from socket
+    buffers that the gateway may have filled long before (a kill after 20 events read
+    found the whole stream already made)."""
+    text, usage, timer = "", None, None
     for chunk in stream:
+        if kill_after_s is not None and timer is None:
+            core = engine_core_pid(api_pid)
+            timer = threading.Timer(kill_after_s, os.kill, (core, signal.SIGKILL))
+            timer.start()
         if chunk.choices:
             c = chunk.choices[0]
             piece = getattr(c, "text", None)
             if piece is None and getattr(c, "delta", None) is not None:
                 piece = c.delta.content
             text += piece or ""
-            chunks += 1
-            if kill_after is not None and chunks == kill_after:
-                os.kill(engine_core_pid(api_pid), signal.SIGKILL)
         if chunk.usage:
             usage = chunk.usage
+    if timer is not None:
+        timer.join()
     return text, usage
 
 
@@ -100,11 +106,12 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     ref_text, ref_usage = read(chat_stream(oa))
     assert ref_usage.completion_tokens == LONG
     t0 = time.monotonic()
-    got_text, got_usage = read(chat_stream(oa), kill_after=3, api_pid=run1.pid)
+    got_text, got_usage = read(chat_stream(oa), kill_after_s=0.25, api_pid=run1.pid)
     held = time.monotonic() - t0
     print(f"resumed chat: {len(got_text)} chars of {len(ref_text)}; usage {got_usage}; "
           f"status {httpx.get(base + '/gateway/status').json()['resumptions']}")
     runs = svc.ready_runs(2)
+    assert len(got_text) > 0 and svc.store.incidents()[0].kind == "engine_core_died"
     assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
                        'outcome="resumed",path="/v1/chat/completions"}') == 1
     print(f"chat stream held {held:.1f} s across the restart; "
@@ -114,7 +121,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
 
     # 3. A text completion stream, the same way: resumed token-level.
     ref_text, ref_usage = read(completion_stream(oa))
-    got_text, got_usage = read(completion_stream(oa), kill_after=2, api_pid=runs[1].pid)
+    got_text, got_usage = read(completion_stream(oa), kill_after_s=0.25, api_pid=runs[1].pid)
     svc.ready_runs(3)
     assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="token",'
                        'outcome="resumed",path="/v1/completions"}') == 1
