@@ -477,15 +477,17 @@ async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
     timeout). None: it never answered with a stream."""
     deadline = time.monotonic() + gw.spec.hold_timeout_seconds
     counted = None
-    if not plan.token_level:
-        text = tap.state().text
+    state = tap.state()
+    if not (plan.token_level and state.prompt_ids is not None and state.ids):
+        text = state.text
         counted = await exact_tokens(gw.client, gw.base_url, {
             "model": plan.body.get("model"), "prompt": text, "add_special_tokens": False}) \
             if text else 0
     raw = plan.continuation(tap, counted)
     for _ in range(_CONTINUATION_TRIES):
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            resp = await send_upstream(gw, "POST", plan.path, query, raw, headers)
+            resp = await send_upstream(gw, "POST", plan.continuation_path, query, raw,
+                                       headers)
             if resp.status == 200 and resp.content_type == "text/event-stream":
                 return resp
             logger.warning("continuation of a cut stream answered %d", resp.status)

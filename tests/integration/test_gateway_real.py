@@ -102,7 +102,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
         final = s.get_final_message()
     assert atext == text and final.usage.output_tokens == 16
 
-    # 2. A chat stream cut by a SIGKILL of the EngineCore: held, resumed text-level.
+    # 2. A chat stream cut by a SIGKILL of the EngineCore: held, resumed token-level.
     ref_text, ref_usage = read(chat_stream(oa))
     assert ref_usage.completion_tokens == LONG
     t0 = time.monotonic()
@@ -112,7 +112,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
           f"status {httpx.get(base + '/gateway/status').json()['resumptions']}")
     runs = svc.ready_runs(2)
     assert len(got_text) > 0 and svc.store.incidents()[0].kind == "engine_core_died"
-    assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
+    assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="token",'
                        'outcome="resumed",path="/v1/chat/completions"}') == 1
     print(f"chat stream held {held:.1f} s across the restart; "
           f"{len(got_text)} chars, usage {got_usage}")

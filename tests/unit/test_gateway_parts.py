@@ -132,3 +132,30 @@ def test_a_cut_tool_call_is_not_resumed() -> None:
         {"index": 0, "function": {"arguments": "{\"pa"}}]}}]}))
     assert "tool call" in plan.refusal(tap, 0, 2)
     assert plan_resumption("/v1/messages", body, b"{}") is None
+
+
+def test_chat_with_token_ids_continues_token_level_on_completions() -> None:
+    body = {"model": "m", "stream": True, "max_completion_tokens": 10, "temperature": 0,
+            "messages": [{"role": "user", "content": "hi"}], "stream_options": {
+                "include_usage": True}}
+    plan = plan_resumption("/v1/chat/completions", body, json.dumps(body).encode())
+    assert plan.token_level and json.loads(plan.upstream_raw)["return_token_ids"] is True
+    tap = StreamTap(record=True)
+    tap.feed(sse({"id": "chatcmpl-1", "created": 7, "prompt_token_ids": [1, 2, 3],
+                  "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+             + chat_chunk("Hel").replace(b'"finish_reason": null', b'"finish_reason": null, '
+                                            b'"token_ids": [40]')
+             + chat_chunk("lo").replace(b'"finish_reason": null', b'"finish_reason": null, '
+                                        b'"token_ids": [41]'))
+    cont = json.loads(plan.continuation(tap))
+    assert plan.used_tokens and plan.continuation_path == "/v1/completions"
+    assert cont["prompt"] == [1, 2, 3, 40, 41] and cont["max_tokens"] == 8
+    assert cont["temperature"] == 0 and "messages" not in cont
+    tap.continue_with(plan)
+    out = tap.feed(sse({"id": "cmpl-9", "object": "text_completion", "choices": [
+        {"index": 0, "text": "!", "token_ids": [42], "prompt_token_ids": [1, 2, 3, 40, 41],
+         "finish_reason": "length"}]}))
+    (event,) = [json.loads(e[6:]) for e in out.split(b"\n\n") if e]
+    assert event["id"] == "chatcmpl-1" and event["object"] == "chat.completion.chunk"
+    assert event["choices"] == [{"index": 0, "delta": {"content": "!"}, "logprobs": None,
+                                 "finish_reason": "length", "token_ids": [42]}]
