@@ -78,7 +78,8 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     guards["memory_floor"]["min_available_bytes"] = 512 * 1024**2
     svc = service_factory(demo_policy(tmp_path, modes=MODES, initial_mode="nospec",
                                       restart={"start_limit_burst": 10}, guards=guards))
-    (run1,) = svc.ready_runs(1)
+    # Ready runs only: on this shared box an engine start sometimes fails and is retried.
+    run1 = [r for r in svc.ready_runs(1) if r.ready_at][-1]
     base = f"http://127.0.0.1:{svc.gateway_port}"
     oa = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=600)
     an = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=600)
@@ -110,8 +111,9 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     held = time.monotonic() - t0
     print(f"resumed chat: {len(got_text)} chars of {len(ref_text)}; usage {got_usage}; "
           f"status {httpx.get(base + '/gateway/status').json()['resumptions']}")
-    runs = svc.ready_runs(2)
-    assert len(got_text) > 0 and svc.store.incidents()[0].kind == "engine_core_died"
+    run2 = [r for r in svc.ready_runs(2) if r.ready_at][-1]
+    assert len(got_text) > 0
+    assert "engine_core_died" in [i.kind for i in svc.store.incidents()]
     assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="token",'
                        'outcome="resumed",path="/v1/chat/completions"}') == 1
     print(f"chat stream held {held:.1f} s across the restart; "
@@ -121,7 +123,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
 
     # 3. A text completion stream, the same way: resumed token-level.
     ref_text, ref_usage = read(completion_stream(oa))
-    got_text, got_usage = read(completion_stream(oa), kill_after_s=0.0, api_pid=runs[1].pid)
+    got_text, got_usage = read(completion_stream(oa), kill_after_s=0.0, api_pid=run2.pid)
     svc.ready_runs(3)
     assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="token",'
                        'outcome="resumed",path="/v1/completions"}') == 1
