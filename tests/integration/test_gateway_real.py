@@ -19,11 +19,15 @@ import yaml
 from tests.conftest import ROOT
 from tests.integration.conftest import demo_policy, engine_core_pid
 
-MODES = [{"name": "nospec", "args": {"--max-num-seqs": 4, "--max-model-len": 1024}}]
+#: MTP k=2 with its untrained layer: about a third of plain speed (shared/CPU_ENGINE.md),
+#: so a kill at the first chunk the client reads still lands while the engine generates
+#: (without speculation the engine had made all 900 tokens by then on a quiet box).
+MODES = [{"name": "mtp2", "args": {"--speculative-config": {"method": "mtp",
+                                                           "num_speculative_tokens": 2},
+                                   "--max-num-seqs": 4, "--max-model-len": 2048}}]
 PROMPT = "I will read the file in main.py"
-#: Long enough that a kill at the first chunk lands mid-stream (900 tokens took 0.2 to
-#: 1.6 s here, as the box was loaded: a kill 0.25 s after the first chunk once came late).
-LONG = 900
+#: Long enough that a kill at the first chunk lands mid-stream.
+LONG = 1900
 #: This anthropic SDK (2.x) takes no temperature argument; the body field still works.
 GREEDY = {"temperature": 0}
 
@@ -76,7 +80,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     guards = yaml.safe_load((ROOT / "policies" / "cpu-demo.yaml").read_text())["guards"]
     # Other test runs share this box: a memory floor for the box, not for them.
     guards["memory_floor"]["min_available_bytes"] = 512 * 1024**2
-    svc = service_factory(demo_policy(tmp_path, modes=MODES, initial_mode="nospec",
+    svc = service_factory(demo_policy(tmp_path, modes=MODES, initial_mode="mtp2",
                                       restart={"start_limit_burst": 10}, guards=guards))
     # Ready runs only: on this shared box an engine start sometimes fails and is retried.
     run1 = [r for r in svc.ready_runs(1) if r.ready_at][-1]
