@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["bounded_protocol", "connection_limit"]
+__all__ = ["BoundedHttpToolsProtocol", "bounded_protocol", "connection_limit"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,73 +46,83 @@ def _reply(transport: asyncio.BaseTransport, status: bytes) -> None:
     transport.close()
 
 
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the three limits (class attributes, set by
+    ``bounded_protocol`` on a subclass per gateway)."""
+
+    max_connections = 512
+    max_header_bytes = 65536
+    header_timeout_seconds = 10.0
+    refused: ClassVar[dict[str, int]] = {}
+    _header_bytes = 0
+    _awaiting_headers = True
+    _header_timer: asyncio.TimerHandle | None = None
+    _turned_away = False
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.max_connections:
+            self._count("connections")
+            self._turned_away = True
+            self.transport = transport
+            self._awaiting_headers = False
+            _reply(transport, b"503 Service Unavailable")
+            return
+        super().connection_made(transport)
+        self._arm()
+
+    def _count(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_timeout_seconds,
+                                                  self._header_timeout)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers and not self.transport.is_closing():
+            self._count("header_timeout")
+            _reply(self.transport, b"408 Request Timeout")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._turned_away:
+            return
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._awaiting_headers:
+            super().data_received(data)
+            return
+        self._header_bytes += len(data)
+        super().data_received(data)
+        if self._awaiting_headers and self._header_bytes > self.max_header_bytes \
+                and not self.transport.is_closing():
+            self._count("header_bytes")
+            _reply(self.transport, b"431 Request Header Fields Too Large")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._awaiting_headers:      # a new request on a kept-alive connection
+            self._awaiting_headers = True
+            self._header_bytes = 0
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
+        self._header_bytes = 0
+        self._disarm()
+        super().on_headers_complete()
+
+
 def bounded_protocol(*, max_connections: int, max_header_bytes: int,
                      header_timeout_seconds: float) -> type[asyncio.Protocol]:
     """A protocol class for ``uvicorn.Config(http=...)`` with these limits."""
-
-    class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        _header_bytes = 0
-        _awaiting_headers = True
-        _header_timer: asyncio.TimerHandle | None = None
-        _turned_away = False
-        refused: ClassVar[dict[str, int]] = {"connections": 0, "header_bytes": 0,
-                                             "header_timeout": 0}
-
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            if len(self.connections) >= max_connections:
-                self.refused["connections"] += 1
-                self._turned_away = True
-                self.transport = transport
-                self._awaiting_headers = False
-                _reply(transport, b"503 Service Unavailable")
-                return
-            super().connection_made(transport)
-            self._arm()
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._header_timer = self.loop.call_later(header_timeout_seconds,
-                                                      self._header_timeout)
-
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _header_timeout(self) -> None:
-            self._header_timer = None
-            if self._awaiting_headers and not self.transport.is_closing():
-                self.refused["header_timeout"] += 1
-                _reply(self.transport, b"408 Request Timeout")
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            if self._turned_away:
-                return
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if not self._awaiting_headers:
-                super().data_received(data)
-                return
-            self._header_bytes += len(data)
-            super().data_received(data)
-            if self._awaiting_headers and self._header_bytes > max_header_bytes \
-                    and not self.transport.is_closing():
-                self.refused["header_bytes"] += 1
-                _reply(self.transport, b"431 Request Header Fields Too Large")
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            if not self._awaiting_headers:      # a new request on a kept-alive connection
-                self._awaiting_headers = True
-                self._header_bytes = 0
-                self._arm()
-
-        def on_headers_complete(self) -> None:
-            self._awaiting_headers = False
-            self._header_bytes = 0
-            self._disarm()
-            super().on_headers_complete()
-
-    return BoundedHttpToolsProtocol
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {
+        "max_connections": max_connections, "max_header_bytes": max_header_bytes,
+        "header_timeout_seconds": header_timeout_seconds, "refused": {}})

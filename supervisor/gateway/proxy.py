@@ -32,26 +32,24 @@ response is closed). It is counted ``client_disconnected``, never as an engine f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import time
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from fastapi import FastAPI
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from supervisor.gateway.admission import Rejected
 from supervisor.gateway.body import BadBody, parse_body
-from supervisor.gateway.errors import api_error, openai_error, sse_error
+from supervisor.gateway.errors import api_error, openai_error
 from supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from supervisor.gateway.prompt import estimate_tokens, exact_tokens
-from supervisor.gateway.resume import Resumption, StreamTap, plan_resumption
+from supervisor.gateway.resume import Resumption, plan_resumption
+from supervisor.gateway.streaming import DROP, response_headers, send_upstream, stream_response
 
 if TYPE_CHECKING:
     from supervisor.gateway.server import Gateway
@@ -62,16 +60,8 @@ logger = logging.getLogger(__name__)
 
 #: Generation requests: they take a slot and count toward the mode's limits.
 ADMITTED_PATHS = ADMITTED
-#: Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy recomputes.
-_DROP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding",
-                   "te", "trailer", "upgrade", "proxy-authorization", "proxy-authenticate"})
 #: Upstream failures before any byte reached the client: retried once on a new engine.
 _RETRYABLE_STATUS = frozenset({500, 502, 503})
-#: While a cut stream waits for the next engine: an SSE comment this often (seconds), so
-#: clients and proxies with idle timeouts keep the connection (SSE: lines starting with
-#: ":" are comments, ignored by the OpenAI and Anthropic SDKs' decoders).
-KEEPALIVE_SECONDS = 5.0
-_KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue\n\n"
 
 
 class ClientGone(Exception):
@@ -180,7 +170,7 @@ def upstream_headers(gw: Gateway, request: Request) -> dict[str, str]:
     wants (vLLM's ``--api-key`` reads ``Authorization: Bearer`` only:
     vllm/entrypoints/serve/middleware/authenticate.py), so an ``x-api-key`` becomes one
     in passthrough, and under ``auth: keys`` the agent's key never leaves the gateway."""
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in DROP}
     if gw.spec.auth == "keys":
         headers.pop("authorization", None)
         headers.pop("x-api-key", None)
@@ -312,17 +302,6 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
         raise
 
 
-async def send_upstream(gw: Gateway, method: str, path: str, query: str, raw: bytes,
-                        headers: dict[str, str]) -> aiohttp.ClientResponse:
-    """One request to the engine; raises aiohttp.ClientError or TimeoutError."""
-    assert gw.upstream is not None, "Gateway.start() opens the upstream session"
-    url = gw.base_url + path + (f"?{query}" if query else "")
-    t0 = time.monotonic()
-    resp = await gw.upstream.request(method, url, data=raw, headers=headers)
-    gw.metrics.upstream_latency.observe(time.monotonic() - t0)
-    return resp
-
-
 async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: bytes,
                    slot: AsyncExitStack | None, *,
                    plan: Resumption | None = None) -> Response:
@@ -339,7 +318,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
                 raise aiohttp.ServerDisconnectedError(f"engine answered {resp.status} "
                                                       "during a switch")
             if resp.content_type == "text/event-stream":
-                return _stream(gw, api, resp, slot, plan, headers, query)
+                return stream_response(gw, api, resp, slot, plan, headers, query)
             content = await resp.read()
             resp.release()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -364,139 +343,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
         if slot is not None:
             await slot.aclose()
         gw.metrics.requests.labels("ok" if resp.status < 500 else "upstream_error").inc()
-        return Response(content, status_code=resp.status, headers=_response_headers(resp))
+        return Response(content, status_code=resp.status, headers=response_headers(resp))
     raise AssertionError("unreachable: the loop returns")
 
 
-def _response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items() if k.lower() not in _DROP}
-
-
-def _stream(gw: Gateway, api: Api, resp: aiohttp.ClientResponse, slot: AsyncExitStack | None,
-            plan: Resumption | None, headers: dict[str, str], query: str) -> Response:
-    outcome = {"value": "ok", "closed": False}
-    current = {"resp": resp}
-
-    async def close(final: str | None = None) -> None:
-        """Close the upstream response and release the slot, once (also when the body
-        never started: Starlette cancels it if the client was already gone)."""
-        if outcome["closed"]:
-            return
-        outcome["closed"] = True
-        gw.metrics.requests.labels(final or outcome["value"]).inc()
-        current["resp"].close()
-        if slot is not None:
-            await slot.aclose()
-
-    async def body() -> AsyncIterator[bytes]:
-        tap = StreamTap(record=plan is not None and plan.unsupported is None)
-        resumes = 0
-        try:
-            while True:
-                up = current["resp"]
-                cut: str | None = None
-                try:
-                    async for chunk in up.content.iter_any():
-                        out = tap.feed(chunk)
-                        if out:
-                            yield out
-                        if tap.engine_error is not None:
-                            cut = "an error event from the engine"
-                            break
-                    else:
-                        if tap.done or not tap.record:
-                            return
-                        cut = "the end of the stream before [DONE]"
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    cut = exc.__class__.__name__
-                up.close()
-                epoch_at_cut = gw.epoch
-                how = None if plan is None else plan.refusal(tap, resumes,
-                                                             gw.spec.max_resumes_per_request)
-                if plan is None or how is not None:
-                    outcome["value"] = "broken_stream"
-                    logger.warning("engine stream broke mid-way (%s): ending it with an "
-                                   "error event%s", cut, f" ({how})" if how else "")
-                    yield sse_error(api, f"the engine's stream broke ({cut}); "
-                                    + (how or "the supervisor is restarting it: retry "
-                                       "the request"), code="engine_stream_broken")
-                    return
-                logger.info("engine stream cut (%s) after %d tokens: holding it open for "
-                            "the next engine", cut, tap.tokens_sent())
-                t0 = time.monotonic()
-                async for beat in _await_engine(gw, epoch_at_cut):
-                    yield beat
-                resumes += 1
-                nxt = await _resume_upstream(gw, plan, tap, headers, query)
-                if nxt is None:
-                    outcome["value"] = "broken_stream"
-                    gw.resumptions.record(plan, tap, ok=False, waited=time.monotonic() - t0)
-                    yield sse_error(api, f"the engine's stream broke ({cut}) and the engine "
-                                    "did not come back in time: retry the request",
-                                    code="engine_stream_broken")
-                    return
-                gw.resumptions.record(plan, tap, ok=True, waited=time.monotonic() - t0)
-                current["resp"] = nxt
-                tap.continue_with(plan)
-        except (asyncio.CancelledError, GeneratorExit):
-            outcome["value"] = "client_disconnected"
-            raise
-        finally:
-            await close()
-
-    response = StreamingResponse(body(), status_code=resp.status,
-                                 headers=_response_headers(resp))
-    response.supervisor_close = close  # type: ignore[attr-defined]
-    return response
-
-
-async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
-    """Yield keep-alive comments until the engine serves again: a switch since
-    ``epoch`` that has completed, or (no switch noticed, the engine still called ready)
-    after a short grace, or the hold timeout."""
-    t0 = last = time.monotonic()
-    deadline = t0 + gw.spec.hold_timeout_seconds
-    while time.monotonic() < deadline:
-        now = time.monotonic()
-        if gw.ready and (gw.epoch != epoch or now - t0 >= _NO_SWITCH_GRACE_SECONDS):
-            return
-        if now - last >= KEEPALIVE_SECONDS:
-            last = now
-            yield _KEEPALIVE
-        await asyncio.sleep(0.1)
-
-
-#: A cut stream with no hold noticed: the supervisor's tick is 1 s and a crash is seen
-#: within a tick or two, so wait this long before calling the same engine alive.
-_NO_SWITCH_GRACE_SECONDS = 3.0
-
-
-async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
-                           headers: dict[str, str], query: str) -> aiohttp.ClientResponse | None:
-    """Send the continuation; on failure wait for the engine again (within the hold
-    timeout). None: it never answered with a stream."""
-    deadline = time.monotonic() + gw.spec.hold_timeout_seconds
-    counted = None
-    state = tap.state()
-    if not (plan.token_level and state.prompt_ids is not None and state.ids):
-        text = state.text
-        counted = await exact_tokens(gw.client, gw.base_url, {
-            "model": plan.body.get("model"), "prompt": text, "add_special_tokens": False}) \
-            if text else 0
-    raw = plan.continuation(tap, counted)
-    for _ in range(_CONTINUATION_TRIES):
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            resp = await send_upstream(gw, "POST", plan.continuation_path, query, raw,
-                                       headers)
-            if resp.status == 200 and resp.content_type == "text/event-stream":
-                return resp
-            logger.warning("continuation of a cut stream answered %d", resp.status)
-            resp.close()
-        await asyncio.sleep(1.0)
-        if time.monotonic() > deadline or not await gw.wait_ready():
-            return None
-    return None
-
-
-#: Sends of one continuation at most (an engine that came back and fell again).
-_CONTINUATION_TRIES = 3
