@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from pydantic import TypeAdapter, ValidationError
+
 from supervisor.act.incident import Incident, Transition
 
 __all__ = [
@@ -191,8 +193,21 @@ def _encode(value: Any) -> Any:
 
 def _decode_hook(obj: dict[str, Any]) -> Any:
     if len(obj) == 1 and "$dt" in obj:
-        return datetime.fromisoformat(obj["$dt"])
+        value = obj["$dt"]
+        if not isinstance(value, str):
+            raise ValueError("$dt holds an ISO 8601 string")
+        return datetime.fromisoformat(value)
     return obj
+
+
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Record]) -> TypeAdapter[Any]:
+    """pydantic's validator of ``cls`` (a stdlib dataclass), built once per type."""
+    if cls.kind not in _ADAPTERS:
+        _ADAPTERS[cls.kind] = TypeAdapter(cls)
+    return _ADAPTERS[cls.kind]
 
 
 def record_to_json(record: Record) -> str:
@@ -203,23 +218,34 @@ def record_to_json(record: Record) -> str:
 
 
 def record_from_json(line: str) -> Record:
-    """The record a ``record_to_json`` line holds.
+    """The record a ``record_to_json`` line holds, validated field by field (pydantic
+    over the dataclasses: an ``int`` field holding ``"abc"``, a ``$dt`` that is not an
+    ISO string, a nested incident that is not an object are refused here, not by the
+    database).
 
-    Raises: ValueError for text that is not such a record (bad JSON, unknown type,
-    missing or unknown fields).
+    Raises: ValueError for text that is not such a record (bad JSON, nesting too deep,
+    unknown type, missing, unknown or wrongly typed fields), naming the field; never
+    another exception (issue 17: a poison line must go to the rejected file, not stop
+    the spool).
     """
-    data = json.loads(line, object_hook=_decode_hook)
+    try:
+        data = json.loads(line, object_hook=_decode_hook)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError("a record is a JSON object")
-    cls = _TYPES.get(data.pop("type", None))
+    kind = data.pop("type", None)
+    cls = _TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError("unknown record type")
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"{cls.kind}: unknown fields {', '.join(map(str, unknown))[:200]}")
     try:
-        for name, nested in _NESTED.items():
-            if isinstance(data.get(name), dict):
-                data[name] = nested(**data[name])
-        if "points" in data:
-            data["points"] = tuple(TelemetryPoint(**p) for p in data["points"])
-        return cls(**data)
-    except TypeError as exc:
-        raise ValueError(f"{cls.kind}: {exc}") from exc
+        return _adapter(cls).validate_python(data)
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(map(str, e['loc'])) or '<top>'}: {e['msg']}"
+                          for e in exc.errors(include_input=False)[:3])
+        raise ValueError(f"{cls.kind}: {where}") from None
+    except RecursionError:
+        raise ValueError(f"{cls.kind}: nested too deeply") from None

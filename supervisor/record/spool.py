@@ -8,8 +8,19 @@ before the error did, is never written twice.
 
 A line that can never apply (unreadable, or refused for a reason other than the
 database being unavailable) goes to ``<name>.rejected.jsonl`` with the reason, never
-silently away. When the disk refuses the spool itself, lines wait in memory (and go to
-the file first at the next append). Past ``max_bytes`` only telemetry and heartbeats
+silently away: any exception while reading or applying one line rejects that line, and
+the lines after it still replay (issue 17: one valid-JSON-but-wrong line used to stop 20
+later records). The rejected file is fsynced per entry and rotated to ``.1`` past
+``rejected_max_bytes``.
+
+A torn last line (the process was killed mid-append: a write of a large record is not
+atomic, the kernel stops it between pages on SIGKILL) is cut when the spool is opened,
+so the next record is not glued onto it. Such a line was never acknowledged (``append``
+returns only after the fsync of the whole line), so cutting it loses nothing that was
+promised; it is kept in the rejected file all the same.
+
+When the disk refuses the spool itself, lines wait in memory (and go to the file first
+at the next append). Past ``max_bytes`` only telemetry and heartbeats
 are dropped (counted in ``dropped``); incidents, transitions and runs are always kept.
 """
 
@@ -32,13 +43,18 @@ from supervisor.record.records import (
     record_to_json,
 )
 
-__all__ = ["DEFAULT_MAX_SPOOL_BYTES", "ReplayResult", "Spool"]
+__all__ = ["DEFAULT_MAX_REJECTED_BYTES", "DEFAULT_MAX_SPOOL_BYTES", "ReplayResult", "Spool"]
 
 logger = logging.getLogger(__name__)
 
 #: 256 MiB: about 300 days of 10-s telemetry rows for one host, so only a database gone
 #: for months fills it; past it the spool keeps incidents and runs, drops telemetry.
 DEFAULT_MAX_SPOOL_BYTES = 256 * 1024 * 1024
+
+#: 16 MiB of rejected lines before the file is rotated to ``.1`` (one older file kept):
+#: a poison record is rare, so this holds months of them, and a bug rejecting every
+#: record cannot fill the disk the spool needs.
+DEFAULT_MAX_REJECTED_BYTES = 16 * 1024 * 1024
 
 _DROPPABLE = (AddTelemetry, ServiceHeartbeat)
 
@@ -61,14 +77,55 @@ class Spool:
     records wait (file and memory).
     """
 
-    def __init__(self, path: Path, *, max_bytes: int = DEFAULT_MAX_SPOOL_BYTES) -> None:
+    def __init__(self, path: Path, *, max_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
+                 rejected_max_bytes: int = DEFAULT_MAX_REJECTED_BYTES) -> None:
         self.path = path
         self.rejected_path = path.with_name(path.stem + ".rejected.jsonl")
         self.max_bytes = max_bytes
+        self.rejected_max_bytes = rejected_max_bytes
         self.dropped = 0
+        self.torn_cut = 0
+        """Bytes of a torn last line cut when the spool was opened (0: none)."""
         self._memory: list[str] = []
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._cut_torn_tail()
         self._count = len(self._file_lines() or [])
+
+    def _cut_torn_tail(self) -> None:
+        """Cut a last line without its newline (see the module doc), keeping it aside."""
+        try:
+            with open(self.path, "r+b") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                f.seek(size - 1)
+                if f.read(1) == b"\n":
+                    return
+                start = size
+                while start > 0:                 # back to the last newline, in blocks
+                    step = min(65536, start)
+                    f.seek(start - step)
+                    block = f.read(step)
+                    nl = block.rfind(b"\n")
+                    if nl >= 0:
+                        start = start - step + nl + 1
+                        break
+                    start -= step
+                f.seek(start)
+                torn = f.read()
+                f.truncate(start)
+                f.flush()
+                os.fsync(f.fileno())
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            logger.error("spool %s: cannot check its last line: %s", self.path, exc)
+            return
+        self.torn_cut = len(torn)
+        logger.warning("spool %s: cut a torn last line of %d bytes (a write cut short by a "
+                       "kill; never acknowledged), kept in %s", self.path, len(torn),
+                       self.rejected_path)
+        self.reject(torn.decode("utf-8", errors="replace"), "torn last line, cut on open")
 
     def __len__(self) -> int:
         return self._count
@@ -87,7 +144,7 @@ class Spool:
     def _append_lines(self, lines: list[str]) -> None:
         """Append ``lines`` durably; on failure cut the file back to where it was (a
         half-written line would spoil the next one) and raise OSError."""
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open(self.path, "a", encoding="utf-8", opener=_private) as f:
             size = f.tell()
             try:
                 f.write("".join(line + "\n" for line in lines))
@@ -138,7 +195,7 @@ class Spool:
         for i, line in enumerate(lines):
             try:
                 record = record_from_json(line)
-            except ValueError as exc:
+            except Exception as exc:  # noqa: BLE001 - ValueError; any other is a bug: same fate
                 self.reject(line, f"unreadable: {exc}")
                 rejected += 1
                 continue
@@ -172,7 +229,7 @@ class Spool:
             if not remaining:
                 self.path.unlink(missing_ok=True)
             else:
-                with open(tmp, "w", encoding="utf-8") as f:
+                with open(tmp, "w", encoding="utf-8", opener=_private) as f:
                     f.write("".join(line + "\n" for line in remaining))
                     f.flush()
                     os.fsync(f.fileno())
@@ -184,12 +241,32 @@ class Spool:
             self._memory = from_memory
 
     def reject(self, line: str, reason: str) -> None:
-        """Keep ``line`` in the rejected file with ``reason`` (or, failing that, in the log)."""
-        logger.error("spooled record rejected (%s), kept in %s", reason, self.rejected_path)
+        """Keep ``line`` in the rejected file with ``reason`` (fsynced; the file rotated
+        to ``.1`` past ``rejected_max_bytes``), or, failing that, in the log."""
+        logger.error("spooled record rejected (%s), kept in %s", reason[:500],
+                     self.rejected_path)
         entry = json.dumps({"error": reason, "line": line}, separators=(",", ":"))
         try:
-            with open(self.rejected_path, "a", encoding="utf-8") as f:
+            self._rotate_rejected()
+            with open(self.rejected_path, "a", encoding="utf-8", opener=_private) as f:
                 f.write(entry + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as exc:
             logger.error("cannot write %s (%s); the rejected record: %s",
                          self.rejected_path, exc, line)
+
+    def _rotate_rejected(self) -> None:
+        try:
+            size = self.rejected_path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size >= self.rejected_max_bytes:
+            os.replace(self.rejected_path, self.rejected_path.with_name(
+                self.rejected_path.name + ".1"))
+            logger.warning("rejected file %s rotated to .1 (%d bytes)", self.rejected_path, size)
+
+
+def _private(path: str, flags: int) -> int:
+    """``open`` opener: a new file is created 0600 whatever the umask (issue 17)."""
+    return os.open(path, flags, 0o600)

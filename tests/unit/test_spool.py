@@ -235,3 +235,72 @@ async def test_a_database_unreachable_at_start_is_migrated_when_it_comes(tmp_pat
     assert writer.spooled == 0
     assert_all_there_once(store)
     await writer.close()
+
+
+POISON_LINES = [
+    '{"type":"start_service","key":"p1","service_run_id":"x","pid":1,"boot_id":null,'
+    '"started_at":{"$dt":5}}',                                    # TypeError in the hook
+    '[' * 100_000,                                                # RecursionError
+    '{"type":"start_service","key":"p3","service_run_id":"x","pid":"abc","boot_id":null,'
+    '"started_at":{"$dt":"2026-11-30T08:00:00+00:00"}}',          # wrong field type
+    '{"type":"add_incident","key":"p4","incident":"not an object"}',
+    '{"type":["start_service"]}',
+]
+
+
+@pytest.mark.parametrize("poison", POISON_LINES, ids=range(len(POISON_LINES)))
+def test_issue_17_a_poison_line_is_rejected_and_20_later_records_replay(
+        tmp_path: Path, poison: str) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f", host="h")
+    path = tmp_path / "spool.jsonl"
+    good = [StartService(service_run_id=f"s{i}", pid=i, boot_id=None, started_at=T0)
+            for i in range(20)]
+    path.write_text(poison + "\n" + "".join(record_to_json(r) + "\n" for r in good))
+    result = Spool(path).replay(store.apply)
+    assert (result.applied, result.rejected, result.remaining) == (20, 1, 0)
+    assert counts(store)["service_runs"] == 20
+    (kept,) = [json.loads(x) for x in path.with_name("spool.rejected.jsonl").read_text()
+               .splitlines()]
+    assert kept["line"] == poison and kept["error"].startswith("unreadable")
+    store.close()
+
+
+def test_issue_17_a_torn_last_line_is_cut_on_open(tmp_path: Path) -> None:
+    """A life killed mid-append left half a line; the next life's first record must not
+    be glued onto it."""
+    store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f", host="h")
+    path = tmp_path / "spool.jsonl"
+    first = StartService(service_run_id="s1", pid=1, boot_id=None, started_at=T0)
+    torn = record_to_json(StartService(service_run_id="s9", pid=9, boot_id=None,
+                                       started_at=T0))[:40]
+    path.write_text(record_to_json(first) + "\n" + torn)
+    spool = Spool(path)
+    assert spool.torn_cut == len(torn) and len(spool) == 1
+    spool.append(StartService(service_run_id="s2", pid=2, boot_id=None, started_at=T0))
+    result = spool.replay(store.apply)
+    assert (result.applied, result.rejected) == (2, 0)
+    (kept,) = [json.loads(x) for x in spool.rejected_path.read_text().splitlines()]
+    assert kept == {"error": "torn last line, cut on open", "line": torn}
+    store.close()
+
+
+def test_issue_17_the_rejected_file_rotates(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.jsonl", rejected_max_bytes=1000)
+    for i in range(30):
+        spool.reject("x" * 100, f"reason {i}")
+    assert spool.rejected_path.stat().st_size < 1000 + 200
+    older = spool.rejected_path.with_name(spool.rejected_path.name + ".1")
+    assert older.exists() and "reason" in older.read_text()
+    assert "reason 29" in spool.rejected_path.read_text()
+
+
+def test_issue_17_spool_files_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        spool = Spool(tmp_path / "spool.jsonl")
+        spool.append(StartService(service_run_id="s", pid=1, boot_id=None, started_at=T0))
+        spool.reject("x", "y")
+    finally:
+        os.umask(old)
+    assert spool.path.stat().st_mode & 0o777 == 0o600
+    assert spool.rejected_path.stat().st_mode & 0o777 == 0o600
