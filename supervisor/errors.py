@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "AlreadyRunning",
+    "HIDDEN",
     "EngineError",
     "EngineStartError",
     "EngineStopTimeout",
@@ -43,6 +44,17 @@ __all__ = [
 
 class SupervisorError(Exception):
     """Base of every error this package raises on purpose."""
+
+
+class _Hidden:
+    """The value of a field an error must not show (it may be a secret)."""
+
+    def __repr__(self) -> str:
+        return "<not shown>"
+
+
+HIDDEN = _Hidden()
+"""Stands for a value a ``PolicyError`` does not print (issue 17)."""
 
 
 class PolicyError(SupervisorError):
@@ -65,7 +77,8 @@ class PolicyError(SupervisorError):
         first = self.problems[0] if self.problems else ("", None, message or "")
         self.field, self.value, self.reason = first
         if message is None:
-            lines = [f"{path}: {f or '<top>'}: {r} (got {v!r})" for f, v, r in self.problems]
+            lines = [f"{path}: {f or '<top>'}: {r}" + ("" if v is HIDDEN else f" (got {v!r})")
+                     for f, v, r in self.problems]
             message = "\n".join(lines)
         else:
             message = f"{path}: {message}"

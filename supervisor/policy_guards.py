@@ -52,7 +52,9 @@ Ratio = Annotated[float, Field(gt=0, le=1)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: ``inf`` seconds passed validation and crashed
+    # ``systemd-unit`` (issue 17).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class EngineHungGuard(_Model):
@@ -282,7 +284,13 @@ class AdminSpec(_Model):
     token_env: str = "SUPERVISOR_ADMIN_TOKEN"
     """Environment variable holding the bearer token for actions."""
     token_file: str | None = None
-    """Or a file holding it (relative to the policy file); it wins over the variable."""
+    """Or a file holding it (relative to the policy file); it wins over the variable.
+    Under systemd, a credential named ``admin_token`` (``LoadCredential=``, read from
+    ``$CREDENTIALS_DIRECTORY``) wins over both."""
+    allowed_hosts: list[str] = []
+    """Host names (``Host`` header) the API answers to besides the loopback names and
+    the bind address, e.g. ``[supervisor.example.internal]``; any other gets 421 (DNS
+    rebinding)."""
 
 
 class AlertSpec(_Model):

@@ -6,6 +6,7 @@ import pytest
 from httpx import ASGITransport, AsyncClient
 
 from supervisor.show.api.app import create_admin_app
+from supervisor.show.api.deps import LOOPBACK_NAMES, allowed_host
 from supervisor.states import EngineState
 from tests.api.conftest import auth
 from tests.process.test_launcher import wait_for
@@ -53,7 +54,7 @@ async def test_bad_requests(client) -> None:
 
 async def test_no_token_configured_refuses_actions(service) -> None:
     app = create_admin_app(service.status_view, token=None)
-    async with AsyncClient(transport=ASGITransport(app), base_url="http://t") as c:
+    async with AsyncClient(transport=ASGITransport(app), base_url="http://localhost") as c:
         r = await c.post("/api/actions/pause", headers=auth())
         assert r.status_code == 503 and "no admin token configured" in r.json()["error"]["message"]
 
@@ -61,8 +62,42 @@ async def test_no_token_configured_refuses_actions(service) -> None:
 async def test_off_loopback_reads_need_the_token_too(service) -> None:
     app = create_admin_app(service.status_view, token="tok")
     app.state.reads_open = False          # as when admin.host is 0.0.0.0
-    async with AsyncClient(transport=ASGITransport(app), base_url="http://t") as c:
+    async with AsyncClient(transport=ASGITransport(app), base_url="http://localhost") as c:
         assert (await c.get("/api/status")).status_code == 401
         assert (await c.get("/metrics")).status_code == 401
         ok = await c.get("/api/status", headers={"Authorization": "Bearer tok"})
         assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("header", [
+    "Bearer \u00e9\u00e9\u00e9",          # non-ASCII: compare_digest raised TypeError -> 500
+    "Bearer", "Bearer ", "bearer", "Basic dXNlcjpwYXNz", "Bearer a b c", "\u00ff" * 300,
+])
+async def test_issue_17_a_malformed_authorization_header_is_401_not_500(service, header) -> None:
+    app = create_admin_app(service.status_view, token="tok")
+    async with AsyncClient(transport=ASGITransport(app), base_url="http://localhost") as c:
+        r = await c.post("/api/actions/pause", headers={"Authorization": header.encode("latin-1")})
+        assert r.status_code == 401 and r.json()["src"] == "supervisor"
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1:8081", "[::1]:8081", "LOCALHOST."])
+async def test_issue_17_the_admin_api_answers_its_loopback_names(client, host) -> None:
+    assert (await client.get("/api/status", headers={"Host": host})).status_code == 200
+
+
+def test_issue_17_allowed_hosts_from_the_policy() -> None:
+    allowed = frozenset({*LOOPBACK_NAMES, "ops.example.internal"})
+    assert allowed_host("ops.example.internal:8081", allowed)
+    assert allowed_host("[::1]", allowed) and not allowed_host("[::2]:80", allowed)
+    assert not allowed_host(None, allowed) and not allowed_host("evil.example", allowed)
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8081", "127.0.0.1.evil.example",
+                                  "localhost.evil.example", ""])
+async def test_issue_17_dns_rebinding_host_names_get_421(client, host) -> None:
+    """A browser page on evil.example whose name resolves to 127.0.0.1 reaches the
+    loopback API with its own name in Host: refused, reads and actions alike."""
+    r = await client.get("/api/incidents", headers={"Host": host})
+    assert r.status_code == 421 and r.json()["src"] == "supervisor"
+    assert (await client.post("/api/actions/pause", headers={**auth(), "Host": host})
+            ).status_code == 421

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,89 @@ modes:
     assert [policy.max_num_seqs(i) for i in range(3)] == [8, 8, 4]
     assert policy.first_rung_with_fewer_sequences_below(0) == 2
     assert policy.first_rung_with_fewer_sequences_below(2) is None
+
+
+# -- issue 17: bad input refused with a clear error, no value that may be secret -----------
+
+def _refused(text: str) -> PolicyError:
+    with pytest.raises(PolicyError) as info:
+        load_policy(text, source="p.yaml")
+    return info.value
+
+
+def test_issue_17_a_duplicate_key_is_refused_with_its_line() -> None:
+    err = _refused(MINIMAL + "gateway: {port: 9000}\ngateway: {port: 9001}\n")
+    assert "duplicate key 'gateway'" in str(err) and "line" in str(err)
+
+
+def test_issue_17_billion_laughs_is_refused_quickly() -> None:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]")
+    text = MINIMAL + "description: x\n" + "\n".join("x" + line for line in lines) + "\n"
+    t = time.monotonic()
+    err = _refused(text)
+    assert time.monotonic() - t < 2
+    assert "expands to more than" in str(err)
+
+
+def test_issue_17_deep_nesting_is_refused_not_a_recursion_error() -> None:
+    for text in (MINIMAL + "description: " + "[" * 10_000 + "]" * 10_000 + "\n",
+                 MINIMAL + "description:\n" + "".join("  " * i + "- \n" for i in range(3000))):
+        err = _refused(text)
+        assert "nested deeper than" in str(err) or "nested too deeply" in str(err)
+
+
+def test_issue_17_a_non_utf8_file_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(MINIMAL.encode() + b"description: caf\xe9\n")
+    with pytest.raises(PolicyError) as info:
+        load_policy_file(path)
+    assert "not UTF-8 text: byte 0xe9 on line" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["inf", ".inf", "-.inf", "nan", ".nan", "1e999"])
+def test_issue_17_non_finite_numbers_are_refused(value: str) -> None:
+    err = _refused(MINIMAL + f"sampling: {{canary_timeout_seconds: {value}}}\n")
+    assert err.field == "sampling.canary_timeout_seconds" and "finite" in err.reason
+
+
+SECRET = "hunter2-s3cr3t-value"
+
+
+@pytest.mark.parametrize("extra", [
+    f"alerts: {{webhook_url: 'https://hooks.example/T0/{SECRET}', format: teams}}\n",
+    f"alerts: {{webhook_url: 'https://hooks.example/T0/{SECRET}', retries: -1}}\n",
+    f"storage: {{database_url: 'postgresql://u:{SECRET}@db/x', bogus: 1}}\n",
+    f"storage: {{database_url: ['postgresql://u:{SECRET}@db/x']}}\n",
+    f"admin: {{token_env: ['{SECRET}']}}\n",
+    f"gateway: {{auth: keys}}\nalerts: {{webhook_url: 'https://h/{SECRET}'}}\n",
+    f"gateway: {{port: 9000}}\nalerts: {{webhook_url: 'https://h/{SECRET}'}}\n"
+    "admin: {port: 9000}\n",
+])
+def test_issue_17_policy_errors_never_echo_a_secret(extra: str) -> None:
+    err = _refused(MINIMAL + extra)
+    assert SECRET not in str(err) and SECRET not in repr(err.problems)
+    assert str(err).startswith("p.yaml: ")
+
+
+def test_issue_17_engine_argument_errors_do_not_echo_the_arguments() -> None:
+    text = MINIMAL.replace("args: [serve, /models/m]",
+                           f"args: [serve, /models/m, --api-key, {SECRET}, --port, '1']")
+    err = _refused(text)
+    assert err.field == "engine.args" and SECRET not in str(err)
+
+
+def test_issue_17_env_interpolation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(MINIMAL + "alerts: {webhook_url: 'https://h/${HOOK_TOKEN}/x$${literal}'}\n")
+    monkeypatch.setenv("HOOK_TOKEN", SECRET)
+    assert load_policy_file(path).alerts.webhook_url == f"https://h/{SECRET}/x${{literal}}"
+    monkeypatch.delenv("HOOK_TOKEN")
+    with pytest.raises(PolicyError) as info:
+        load_policy_file(path)
+    assert info.value.field == "alerts.webhook_url"
+    assert "environment variable HOOK_TOKEN is not set" in str(info.value)
+    # load_policy stays pure: no environment unless one is given.
+    with pytest.raises(PolicyError):
+        load_policy(path.read_text())

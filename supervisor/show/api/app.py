@@ -13,7 +13,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from supervisor import __version__
 from supervisor.show.api import actions, incidents, status, telemetry, transitions
-from supervisor.show.api.deps import AdminBackend, ReadAccess, is_loopback
+from supervisor.show.api.deps import (
+    LOOPBACK_NAMES,
+    AdminBackend,
+    ReadAccess,
+    allowed_host,
+    is_loopback,
+)
 
 __all__ = ["STATIC", "create_admin_app", "load_token"]
 
@@ -40,6 +46,18 @@ def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     app.state.reads_open = is_loopback(sup.policy.admin.host)
     for module in (status, incidents, transitions, telemetry, actions):
         app.include_router(module.router)
+    spec = sup.policy.admin
+    hosts = frozenset({*LOOPBACK_NAMES, *(h.lower() for h in spec.allowed_hosts),
+                       *([] if spec.host in ("0.0.0.0", "::", "") else [spec.host.lower()])})
+
+    @app.middleware("http")
+    async def check_host(request: Request, call_next):
+        """Refuse a request whose Host header is not ours (DNS rebinding, issue 17)."""
+        if not allowed_host(request.headers.get("host"), hosts):
+            return JSONResponse({"error": {"message": "unknown Host header (add the name to "
+                                           "admin.allowed_hosts)", "type": "admin_error",
+                                           "code": 421}, "src": "supervisor"}, status_code=421)
+        return await call_next(request)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -19,7 +19,8 @@ from supervisor.record.store import Store
 from supervisor.show.api.models import StatusOut
 from supervisor.telemetry.sample import Sample
 
-__all__ = ["AdminBackend", "ReadAccess", "SupervisorDep", "TokenAccess", "is_loopback"]
+__all__ = ["LOOPBACK_NAMES", "AdminBackend", "ReadAccess", "SupervisorDep", "TokenAccess",
+           "allowed_host", "host_name", "is_loopback"]
 
 
 class AdminBackend(Protocol):
@@ -66,6 +67,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Host names the admin API always answers to (issue 17, DNS rebinding: a page on
+#: evil.example whose name resolves to 127.0.0.1 must not read /api/incidents).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def host_name(header: str) -> str:
+    """The name part of a ``Host`` header: ``[::1]:8081`` -> ``::1``, ``a.b:80`` -> ``a.b``
+    (lower case, no trailing dot)."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        h = h[1:h.find("]")] if "]" in h else h[1:]
+    elif h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".")
+
+
+def allowed_host(header: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a request's ``Host`` header names this API: a loopback name, or one in
+    ``allowed`` (``admin.allowed_hosts``, the bind address). No header: refused."""
+    return header is not None and host_name(header) in allowed
+
+
 def _bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     return header[7:] if header.lower().startswith("bearer ") else None
@@ -78,7 +101,10 @@ def require_token(request: Request) -> None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             "no admin token configured (admin.token_env or admin.token_file)")
     given = _bearer(request)
-    if given is None or not hmac.compare_digest(given, token):
+    # Bytes, not str: compare_digest raises TypeError on a non-ASCII str, and a
+    # malformed header gave a 500 (issue 17).
+    if given is None or not hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
+                                                token.encode("utf-8", "surrogateescape")):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "a valid bearer token is required",
                             headers={"WWW-Authenticate": "Bearer"})
 
