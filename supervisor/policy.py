@@ -470,8 +470,9 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
 def _parse_yaml(text: str, source: str) -> Any:
     """The YAML document in ``text`` as Python values; PolicyError (line, column and
     reason, never the text itself) for bad syntax, duplicate keys and the limits."""
-    loader = _PolicyLoader(text)
+    loader: _PolicyLoader | None = None
     try:
+        loader = _PolicyLoader(text)     # its reader already refuses control characters
         node = loader.get_single_node()
         if node is None:
             return None
@@ -487,7 +488,8 @@ def _parse_yaml(text: str, source: str) -> Any:
     except RecursionError:
         raise PolicyError(source, message="not valid YAML: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _interpolate(value: Any, loc: str, source: str, environ: dict[str, str]) -> Any:

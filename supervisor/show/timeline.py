@@ -43,7 +43,8 @@ def replay_command(trace: Path, policy: Policy, *, as_json: bool, show_all: bool
     """Print the replay; exit 0 when every decision matches the live one (or none were
     recorded), 1 when some differ, 2 when the trace cannot be read."""
     try:
-        records = read_trace(trace)
+        records = read_trace(trace, rungs=len(policy.modes),
+                             warn=lambda text: print(f"warning: {text}", file=sys.stderr))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

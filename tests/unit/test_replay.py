@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from supervisor.decide.decision import Action
 from supervisor.decide.replay import replay
 from supervisor.policy import load_policy_file
@@ -65,3 +67,51 @@ def test_samples_from_supervisor_sample_watch_replay_too(tmp_path: Path) -> None
     # The second low sample kills; the run is then handled, so once only.
     assert actions == [Action.HOLD, Action.KILL_NOW, Action.HOLD]
     assert all(st.matches is None for st in steps)
+
+
+# -- issue 17: a bad trace is a clear error, a torn last line a warning --------------------
+
+TRACE = TRACES / "cpu-demo-spec-slower.trace.jsonl"
+
+
+def _replay_cli(path: Path, capsys) -> tuple[int, str]:
+    from supervisor.show.timeline import replay_command
+
+    rc = replay_command(path, load_policy_file(TRACES / "cpu-demo-spec-slower.policy.yaml"),
+                        as_json=True, show_all=False)
+    return rc, capsys.readouterr().err
+
+
+def test_issue_17_a_torn_last_line_is_skipped_with_a_warning(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "t.jsonl"
+    lines = TRACE.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][:37])      # the writer was killed
+    rc, err = _replay_cli(path, capsys)
+    assert rc == 0 and f"{path}:{len(lines)}: torn last line skipped" in err
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    (b'{"type":"sample","t_s":"soon"}', "t_s: required, a number"),
+    (b'{"type":"sample","t_s":1,"requests_running":"many"}', "requests_running: "),
+    (b'{"type":"sample","t_s":1,"nonsense":1}', "nonsense: not a Sample field"),
+    (b'{"type":"sample","t_s":1,"engine_state":"exploded"}', "engine_state: "),
+    (b'{"type":"sample","t_s":1,"engine_rung":99}', "engine_rung 99 is not a rung"),
+    (b'{"type":"sample","t_s":NaN}', "t_s: must be finite"),
+    (b'{"type":"operator","t_s":1,"action":"pin"}', "rung: required"),
+    (b'{"type":"operator","t_s":1,"action":"pin","rung":99}', "rung 99 is not a rung"),
+    (b'{"type":"header","rung":"x"}', "rung: must be int"),
+    (b'{"type":"header","baselines":{"nospec":[[1]]}}', "baselines.nospec: must be"),
+    (b'{"type":"decision","rung":1}', "action: required"),
+    (b'{"type":["sample"]}', "type: unknown record type"),
+    (b'[1,2]', "not a JSON object"),
+    (b'\xff\xfe{}', "not UTF-8"),
+    (b'[' * 100_000, "not JSON"),
+])
+def test_issue_17_a_bad_line_is_reported_with_its_number(tmp_path: Path, capsys, line: bytes,
+                                                          reason: str) -> None:
+    path = tmp_path / "t.jsonl"
+    lines = TRACE.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:5]) + line + b"\n" + b"".join(lines[5:]))
+    rc, err = _replay_cli(path, capsys)
+    assert rc == 2 and err.startswith(f"error: {path}:6: ") and reason in err, err
+    assert "Traceback" not in err
