@@ -7,10 +7,13 @@ each ``poll()`` reads only the bytes appended since the last one.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from pathlib import Path
 
 __all__ = ["LogTail"]
+
+logger = logging.getLogger(__name__)
 
 
 class LogTail:
@@ -27,9 +30,17 @@ class LogTail:
         self._lines: deque[str] = deque(maxlen=max_lines)
         self._offset = 0
         self._partial = b""
+        self.read_errors = 0
+        """``poll()`` calls the file refused (EIO, EMFILE, a directory in its place)."""
 
     def poll(self) -> list[str]:
-        """Read what was appended since the last call; returns the new complete lines."""
+        """Read what was appended since the last call; returns the new complete lines.
+
+        Never raises: a file that cannot be read right now (any OSError: too many open
+        files, an I/O error, EACCES) gives no lines this time, counted in
+        ``read_errors`` and logged once per run of errors (issue 17: the tick called
+        this and died with it).
+        """
         try:
             with open(self.path, "rb") as f:
                 size = f.seek(0, 2)
@@ -42,6 +53,15 @@ class LogTail:
                 data = f.read(size - start)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            if not self.read_errors:
+                logger.warning("engine log %s cannot be read: %s", self.path, exc)
+            self.read_errors += 1
+            return []
+        if self.read_errors:
+            logger.info("engine log %s readable again after %d failed reads", self.path,
+                        self.read_errors)
+            self.read_errors = 0
         self._offset = start + len(data)
         chunks = (self._partial + data).split(b"\n")
         self._partial = chunks.pop()

@@ -42,3 +42,16 @@ def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_bytes(b"bad \xff byte\n")
     assert LogTail(log).poll() == ["bad \ufffd byte"]
+
+
+def test_issue_17_poll_survives_os_errors(tmp_path: Path, caplog) -> None:
+    """A real OSError (EISDIR: the path is a directory; root ignores EACCES), then the
+    file comes back and is read."""
+    path = tmp_path / "engine.log"
+    path.mkdir()
+    tail = LogTail(path)
+    assert tail.poll() == [] and tail.poll() == [] and tail.read_errors == 2
+    assert caplog.text.count("cannot be read") == 1
+    path.rmdir()
+    path.write_text("INFO ready\n")
+    assert tail.poll() == ["INFO ready"] and tail.read_errors == 0
