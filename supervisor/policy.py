@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -89,7 +89,12 @@ class EngineSpec(_Model):
     """Arguments right after the executable, verbatim (``[serve, /models/x]`` or
     ``[-m, vllm.entrypoints.openai.api_server, --model, DIR]``)."""
     environment: dict[str, str] = {}
-    """Added to the supervisor's own environment for the engine."""
+    """The engine's own variables, on top of the few it inherits from the supervisor's
+    environment (``act/engine_env.py``: never a secret-looking name nor a vLLM
+    development-mode switch unless set here). Values may use ``${NAME}``."""
+    api_key_file: str | None = None
+    """A file holding the key the engine requires (given to it as ``VLLM_API_KEY``, kept
+    out of its argument vector). A systemd credential ``engine_api_key`` wins."""
     working_directory: str = "."
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
@@ -330,10 +335,49 @@ class Policy(_Model):
         """Where the database and the engine logs live, absolute."""
         return self.resolve(self.storage.state_directory)
 
+    def secret(self, name: str, path: str | None,
+               environ: Mapping[str, str] | None = None) -> str | None:
+        """A secret kept out of the policy: the systemd credential ``name`` (a file in
+        ``$CREDENTIALS_DIRECTORY``, from ``LoadCredential=``) if there is one, else the
+        file ``path`` (relative to the policy file), else None. Trailing whitespace is
+        stripped.
+
+        Raises: ``PolicyError`` naming the option and the file, never its content.
+        """
+        env = os.environ if environ is None else environ
+        creds = env.get("CREDENTIALS_DIRECTORY")
+        candidates = [Path(creds) / name] if creds and (Path(creds) / name).is_file() else []
+        if not candidates and path is not None:
+            candidates = [self.resolve(path)]
+        for file in candidates:
+            try:
+                return file.read_text(encoding="utf-8").strip() or None
+            except (OSError, UnicodeDecodeError) as exc:
+                why = getattr(exc, "strerror", None) or "not UTF-8 text"
+                raise PolicyError(str(file), message=f"{name}: cannot read the secret "
+                                  f"file: {why}") from None
+        return None
+
+    def engine_api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The engine's API key from ``engine.api_key_file`` or the ``engine_api_key``
+        credential, or None."""
+        return self.secret("engine_api_key", self.engine.api_key_file, environ)
+
+    @property
+    def webhook_url(self) -> str | None:
+        """``alerts.webhook_url``, or the ``webhook_url`` credential or
+        ``alerts.webhook_url_file`` (read on use: never stored on the policy)."""
+        return self.secret("webhook_url", self.alerts.webhook_url_file) or \
+            self.alerts.webhook_url
+
     @property
     def database_url(self) -> str:
-        """The SQLAlchemy URL, with a relative SQLite path made absolute."""
-        url = self.storage.database_url
+        """The SQLAlchemy URL (the ``database_url`` credential, ``database_url_file`` or
+        ``database_url``), with a relative SQLite path made absolute.
+
+        Raises: ``PolicyError`` when the file cannot be read."""
+        url = self.secret("database_url", self.storage.database_url_file) or \
+            self.storage.database_url
         if url is None:
             return f"sqlite:///{self.state_directory / 'supervisor.db'}"
         prefix = "sqlite:///"

@@ -297,7 +297,11 @@ class AlertSpec(_Model):
     """Webhook alerts on emergency and critical incidents and on every step down."""
 
     webhook_url: str | None = None
-    """None: no alerts."""
+    """None: no alerts. A webhook URL usually holds its token: better ``${NAME}`` or
+    ``webhook_url_file``."""
+    webhook_url_file: str | None = None
+    """A file holding the URL (relative to the policy file); a systemd credential
+    ``webhook_url`` wins. Read when an alert is sent."""
     format: str = "generic"
     """``generic`` (the incident as JSON) or ``slack`` (``{"text": ...}``)."""
     min_interval_seconds: Annotated[float, Field(ge=0)] = 60.0

@@ -71,7 +71,8 @@ class Supervisor:
                                    max_spool_bytes=policy.storage.spool_max_bytes)
         self.notifier = Notifier()
         self.metrics = SupervisorMetrics(self.registry)
-        self.alerter = Alerter(policy.alerts, policy.fleet, self.metrics.alerts)
+        self.alerter = Alerter(policy.alerts, policy.fleet, self.metrics.alerts,
+                               url=policy.webhook_url)
         self.recorder = Recorder(self.writer, self.metrics, self.alerter)
         self.trace = TraceWriter(trace_path) if trace_path is not None else None
         self.ladder = Ladder(self.holder, self.trace)

@@ -48,6 +48,10 @@ class CrashReason(StrEnum):
     mode's learned budget); the launcher itself never times a start out."""
     SPAWN_FAILED = "spawn_failed"
     """The process could not be created (no such executable, port already in use)."""
+    SPAWN_RESOURCES = "spawn_resources"
+    """The process could not be created because the supervisor or the box ran out of
+    file descriptors, memory or processes (EMFILE, ENFILE, ENOMEM, EAGAIN): a fact about
+    the box, retried after a delay and never counted as a crash of the mode."""
     ENGINE_CORE_DIED = "engine_core_died"
     """The ``VLLM::EngineCore`` child vanished while the API server lived on."""
     ENGINE_HUNG = "engine_hung"

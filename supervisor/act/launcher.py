@@ -22,20 +22,22 @@ import httpx
 import psutil
 
 from supervisor.act.child_watch import ChildWatch
-from supervisor.act.engine_run import EngineRun, new_run_id, run_tmp_dir, utcnow
+from supervisor.act.engine_env import find_run_tmp_dirs
+from supervisor.act.engine_run import EngineRun, new_run_id, utcnow
 from supervisor.act.logtail import LogTail
 from supervisor.act.processes import (
     Leftovers,
     group_members,
     kill_group,
     looks_like,
+    out_of_resources,
     read_leftovers,
     remove_stale_shm,
     shm_snapshot,
     spawn_engine,
     stop_leftover_group,
 )
-from supervisor.errors import EngineStartError, EngineStopTimeout
+from supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
 from supervisor.policy import Policy, build_argv
 from supervisor.policy_holder import PolicyHolder
 from supervisor.privacy import mask_argv
@@ -179,8 +181,8 @@ class EngineLauncher:
             run_id=run_id, rung=rung, mode=mode.name,
             argv=build_argv(self.policy, mode, start_args),
             log_path=state_dir / "logs" / f"engine-{run_id}.log",
-            tmp_dir=run_tmp_dir(run_id),
-            started_s=self._clock(), started_at=utcnow(), shm_before=shm_snapshot(),
+            tmp_dir=Path(),                       # made by spawn_engine (mkdtemp)
+            started_s=self._clock(), started_at=utcnow(), shm_before=None,
             mem_available_before_bytes=mem_available(), start_args=tuple(start_args),
             processes_rss_before_bytes=processes_rss_bytes(),
         )
@@ -188,10 +190,12 @@ class EngineLauncher:
         self._run = run
         self._exited = asyncio.Event()
         try:
+            run.shm_before = shm_snapshot()       # EMFILE here too under a flood
             self._proc = await spawn_engine(run, self.policy)
-        except (EngineStartError, OSError, subprocess.SubprocessError) as exc:
+        except (EngineStartError, OSError, subprocess.SubprocessError, PolicyError) as exc:
             run.error = str(exc)
-            run.crash_reason = CrashReason.SPAWN_FAILED
+            run.crash_reason = (CrashReason.SPAWN_RESOURCES if out_of_resources(exc)
+                                else CrashReason.SPAWN_FAILED)
             run.ended_at = utcnow()
             self._exited.set()
             self._set(EngineState.CRASHED, f"spawn failed: {exc}")
@@ -368,8 +372,9 @@ class EngineLauncher:
         self._set(EngineState.STOPPED, "process group gone")
 
     def _cleanup(self, run: EngineRun) -> None:
-        shutil.rmtree(run.tmp_dir, ignore_errors=True)
-        removed = remove_stale_shm(run.shm_before)
+        if run.tmp_dir != Path():
+            shutil.rmtree(run.tmp_dir, ignore_errors=True)
+        removed = [] if run.shm_before is None else remove_stale_shm(run.shm_before)
         if removed:
             logger.info("engine run %s: removed %d leftover /dev/shm files: %s", run.run_id,
                         len(removed), ", ".join(removed))
@@ -391,8 +396,9 @@ class EngineLauncher:
                 psutil.Process(pid).cmdline() != argv:
             return None
         age = max(0.0, (utcnow() - started_at).total_seconds())
+        tmp_dirs = find_run_tmp_dirs(self.policy, run_id)
         run = EngineRun(run_id=run_id, rung=rung, mode=self.policy.modes[rung].name, argv=argv,
-                        log_path=log_path, tmp_dir=run_tmp_dir(run_id),
+                        log_path=log_path, tmp_dir=tmp_dirs[0] if tmp_dirs else Path(),
                         started_s=self._clock() - age, started_at=started_at, pid=pid)
         run.log_tail = LogTail(log_path)
         self._run = run
@@ -425,7 +431,8 @@ class EngineLauncher:
         Returns: the pids that were found and killed.
         Raises: EngineStopTimeout when some survive.
         """
-        shutil.rmtree(run_tmp_dir(run_id), ignore_errors=True)
+        for tmp_dir in find_run_tmp_dirs(self.policy, run_id):
+            shutil.rmtree(tmp_dir, ignore_errors=True)
         return await stop_leftover_group(pid, argv, self.policy.engine.kill_timeout_seconds,
                                          self._clock)
 

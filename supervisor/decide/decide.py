@@ -44,13 +44,19 @@ from supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
 from supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
 from supervisor.decide.recommended import RECOMMENDED, recommend
 from supervisor.policy import Policy
-from supervisor.states import EngineState
+from supervisor.states import CrashReason, EngineState
 from supervisor.telemetry.baselines import Baselines
 from supervisor.telemetry.window import Window
 
 __all__ = ["decide", "findings_of"]
 
 HOUR = 3600.0
+
+#: Wait before retrying a spawn that failed for want of descriptors, memory or processes
+#: (CrashReason.SPAWN_RESOURCES): long enough for a connection flood or a burst of
+#: memory to pass, short enough that agents held by the gateway do not time out. Not a
+#: crash of the mode, so it never climbs the backoff or the start limit (issue 17).
+SPAWN_RESOURCES_RETRY_SECONDS = 5.0
 
 
 def findings_of(sit: Situation) -> list[Finding]:
@@ -160,6 +166,12 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
         return None
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
     rst = policy.restart
+    if crash.kind == str(CrashReason.SPAWN_RESOURCES):
+        delay = max(rst.restart_delay_seconds, SPAWN_RESOURCES_RETRY_SECONDS)
+        return Decision(Action.RESTART, ladder.rung, f"{crash.summary}: the box, not mode "
+                        f"{_name(sit, ladder.rung)}; not counted as a crash -> retry in "
+                        f"{delay:g} s", (crash, *(f for f in findings if f is not crash)),
+                        delay_seconds=delay, run_id=crash.run_id, box_fault=True)
     crashes = len(recent_crashes(ladder, policy, now)) + 1
     mode = _name(sit, ladder.rung)
     head = (f"{crash.summary}: crash {crashes} of mode {mode} within "

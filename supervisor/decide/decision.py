@@ -70,6 +70,9 @@ class Decision:
     next launch (a start-up fallback: ``(("--enforce-eager", True),)``)."""
     fallback: int | None = None
     """For a RESTART that is a start-up fallback: its index in the mode's fallbacks."""
+    box_fault: bool = False
+    """For RESTART: the failure was the box's (a spawn out of descriptors, memory or
+    processes), not the mode's; the start limit does not count it (issue 17)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
@@ -79,4 +82,5 @@ class Decision:
             "delay_seconds": self.delay_seconds, "run_id": self.run_id, "shed": self.shed,
             "marks_failing": self.marks_failing, "operator": self.operator,
             "start_args": [list(a) for a in self.start_args], "fallback": self.fallback,
+            "box_fault": self.box_fault,
         }

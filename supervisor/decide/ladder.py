@@ -144,6 +144,9 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
             kind = decision.findings[0].kind if decision.findings else "reboot_required"
             return rep(ladder, reboot_required=kind,
                        handled_run_id=decision.run_id or ladder.handled_run_id)
+        case Action.RESTART if decision.box_fault:      # not the mode's crash: not counted
+            return rep(ladder, handled_run_id=decision.run_id,
+                       start_not_before_s=now_s + decision.delay_seconds)
         case Action.RESTART:
             return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
                        handled_run_id=decision.run_id,

@@ -55,8 +55,13 @@ def alert_payload(fleet: str, incident: Incident, transition: Transition | None,
 class Alerter:
     """Queues alerts and posts them from one background task."""
 
-    def __init__(self, spec: AlertSpec, fleet: str, counter: Any = None) -> None:
+    def __init__(self, spec: AlertSpec, fleet: str, counter: Any = None, *,
+                 url: str | None = None) -> None:
+        """``url``: the webhook (``Policy.webhook_url``, which reads ``webhook_url_file``
+        or the systemd credential); default ``spec.webhook_url``. Never logged: it
+        usually holds the webhook's token."""
         self.spec = spec
+        self.url = url or spec.webhook_url
         self.fleet = fleet
         self._counter = counter
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
@@ -70,7 +75,7 @@ class Alerter:
 
     def start(self) -> None:
         """Start the sender task (no-op without a webhook URL)."""
-        if self.spec.webhook_url:
+        if self.url:
             self._client = httpx.AsyncClient(timeout=self.spec.timeout_seconds)
             self._task = asyncio.get_running_loop().create_task(self._send_loop())
 
@@ -81,7 +86,7 @@ class Alerter:
         never is: the ladder's own limits (cooldown, transitions per hour) bound those,
         and the one that follows a run of crashes is the alert that matters most."""
         step_down = transition is not None and transition.to_rung > (transition.from_rung or 0)
-        if not self.spec.webhook_url or not (incident.severity in ALERT_SEVERITIES or step_down):
+        if not self.url or not (incident.severity in ALERT_SEVERITIES or step_down):
             return False
         now = time.monotonic()
         last = self._last.get(incident.kind)
@@ -98,18 +103,19 @@ class Alerter:
         return True
 
     async def _send_loop(self) -> None:
-        assert self._client is not None and self.spec.webhook_url is not None
+        assert self._client is not None and self.url is not None
         while True:
             payload = await self._queue.get()
             for attempt in range(self.spec.retries + 1):
                 try:
-                    resp = await self._client.post(self.spec.webhook_url, json=payload)
+                    resp = await self._client.post(self.url, json=payload)
                     if resp.status_code < 300:
                         self._count("sent")
                         break
                     error = f"HTTP {resp.status_code}"
                 except httpx.HTTPError as exc:
-                    error = f"{exc.__class__.__name__}: {exc}"
+                    # httpx puts the URL in some messages: never log it (issue 17).
+                    error = f"{exc.__class__.__name__}: {exc}".replace(self.url, "<webhook>")
                 if attempt == self.spec.retries:
                     self._count("failed")
                     logger.warning("alert not delivered after %d tries: %s", attempt + 1, error)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action
+from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Severity
 from supervisor.decide.ladder import LadderState, advance, restart_delay
 from supervisor.policy import Restart, load_policy
@@ -138,3 +138,24 @@ def test_decide_is_pure_same_input_same_output() -> None:
     window = Window.of([ready(1, "a"), crashed(2, "a")])
     ladder = LadderState(0, crash_times_s=(1.5,))
     assert decide(window, ladder, POLICY, 2.0) == decide(window, ladder, POLICY, 2.0)
+
+
+def test_issue_17_spawns_out_of_resources_are_not_crashes_of_the_mode() -> None:
+    """Six spawns failing with EMFILE (a connection flood used up the descriptors) kept
+    the ladder where it was and never gave up; three ordinary spawn failures step down."""
+    def run(reason: str) -> list[Decision]:
+        ladder, window, out = LadderState(2), Window(), []     # the last rung
+        for i in range(6):
+            t = 10.0 * (i + 1)
+            window.append(crashed(t, f"r{i}", reason=reason, rung=2, code=None))
+            d = decide(window, ladder, POLICY, t)
+            ladder = advance(ladder, d, POLICY, t)
+            out.append(d)
+        return out
+    box = run("spawn_resources")
+    assert [d.action for d in box] == [Action.RESTART] * 6
+    assert all(d.box_fault and d.rung == 2 and d.delay_seconds == 5.0 for d in box)
+    assert "not counted as a crash" in box[0].explanation
+    assert box[0].findings[0].kind == "spawn_resources"
+    mode = run("spawn_failed")
+    assert Action.GIVE_UP in [d.action for d in mode]

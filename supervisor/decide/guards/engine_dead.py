@@ -24,6 +24,8 @@ _SUMMARY = {
     CrashReason.START_FAILED: "engine exited before it became ready",
     CrashReason.START_TIMEOUT: "engine did not become ready in time",
     CrashReason.SPAWN_FAILED: "engine could not be launched",
+    CrashReason.SPAWN_RESOURCES: "engine could not be launched: the supervisor or the box "
+                                 "ran out of file descriptors, memory or processes",
     CrashReason.ENGINE_CORE_DIED: "EngineCore died while the API server lived on",
     CrashReason.ENGINE_HUNG: "engine hung",
 }

@@ -27,11 +27,14 @@ STATIC = Path(__file__).resolve().parents[1] / "static"
 
 
 def load_token(sup: AdminBackend) -> str | None:
-    """The actions' bearer token: ``admin.token_file`` (stripped) or ``admin.token_env``."""
+    """The actions' bearer token: the systemd credential ``admin_token``, else
+    ``admin.token_file`` (stripped), else ``admin.token_env``.
+
+    Raises: PolicyError when the file cannot be read (named, its content never shown).
+    """
     spec = sup.policy.admin
-    if spec.token_file:
-        return sup.policy.resolve(spec.token_file).read_text().strip() or None
-    return os.environ.get(spec.token_env) or None
+    return (sup.policy.secret("admin_token", spec.token_file)
+            or os.environ.get(spec.token_env) or None)
 
 
 def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
