@@ -116,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
 
     unit = sub.add_parser("systemd-unit", help="print a systemd unit file for this policy")
     unit.add_argument("--policy", required=True, type=Path)
-    unit.add_argument("--user", help="User= of the service (default: root)")
+    unit.add_argument("--user", help="User= of the service (default: supervisor; "
+                      "dynamic: DynamicUser=yes; root: none)")
 
     env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment")
     env.add_argument("--path", type=Path, default=Path(".engine-venv"))

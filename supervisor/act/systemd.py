@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import socket
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from supervisor.policy import Policy
 
-__all__ = ["Notifier", "unit_file"]
+__all__ = ["DEFAULT_USER", "LIMIT_NOFILE", "Notifier", "systemd_escape", "unit_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,40 +81,109 @@ class Notifier:
         self._send("STOPPING=1")
 
 
+#: Descriptors the service may hold (LimitNOFILE=): the gateway's connections (each a
+#: socket, plus one to the engine), the engine's log, SQLite and its WAL, the probes.
+#: systemd's default soft limit of 1,024 was used up by 1,100 slow clients and the engine
+#: could then not be spawned (issue 17); the gateway bounds its own connections below
+#: this.
+LIMIT_NOFILE = 65536
+
+#: The service user when none is named: a system account the operator creates once
+#: (``useradd --system --home-dir /var/lib/supervisor --shell /usr/sbin/nologin
+#: supervisor``, in the ``video`` and ``render`` groups where /dev/nvidia* needs them).
+DEFAULT_USER = "supervisor"
+
+
+def systemd_escape(value: str) -> str:
+    """``value`` as one word of a unit setting: specifiers (``%``) doubled, and quoted
+    C-style when it holds whitespace, quotes, backslashes or ``;`` (systemd.syntax(7))."""
+    value = value.replace("%", "%%")
+    if value and not any(c.isspace() or c in "\"'\\;" for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _exec_word(value: str) -> str:
+    """An argument of ExecStart=: also ``$`` doubled (systemd expands $VAR in the
+    arguments; in the program's path it does not, as ``systemd-analyze verify`` shows)."""
+    return systemd_escape(value).replace("$", "$$")
+
+
 def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = None,
               user: str | None = None) -> str:
-    """A systemd unit for ``supervisor run --policy policy_path`` (systemd.service(5)).
+    """A systemd unit for ``supervisor run --policy policy_path`` (systemd.service(5),
+    systemd.exec(5)).
 
     Type=notify with READY=1 only once the engine serves, so ``TimeoutStartSec`` covers
     the engine's start-up; ``TimeoutStopSec`` covers the gateway's drain, vLLM's own
     ``--shutdown-timeout`` and the SIGKILL wait; ``KillMode`` lets the supervisor stop
     the engine itself (``mixed``: SIGTERM to the supervisor only), or leave it running
     for the next life to adopt (``process``, when ``recovery.on_restart`` is adopt).
-    Hardening keeps /dev/nvidia* (NVML) and /dev/kmsg (kernel log) reachable.
+
+    ``user``: ``User=`` (default ``DEFAULT_USER``, a documented system account);
+    ``"dynamic"`` for ``DynamicUser=yes`` (then the state directory must be under
+    /var/lib, made by ``StateDirectory=``); ``"root"`` for none (not recommended).
+    ``Restart=on-failure`` with ``RestartPreventExitStatus=1 2``: the supervisor exits
+    1 when it gave up (the safest mode kept crashing) and 2 for a bad policy, and both
+    must stay down (issue 17: ``Restart=always`` restarted "give up" forever); the
+    start limit (``StartLimitBurst=`` in ``StartLimitIntervalSec=``) bounds the rest.
+    Hardening keeps /dev/nvidia* (NVML) and /dev/kmsg reachable, so no
+    ``PrivateDevices=``, ``ProtectClock=`` or ``ProtectKernelLogs=`` (each narrows the
+    device list). Paths are escaped (``%`` and spaces, ``$`` in ExecStart).
+
+    Raises: ValueError for ``user="dynamic"`` with a state directory outside /var/lib.
     """
     exe = executable or str(Path(sys.argv[0]).resolve())
-    eng, gw, rec = policy.engine, policy.gateway, policy.recovery
+    eng, gw, rec, rst = policy.engine, policy.gateway, policy.recovery, policy.restart
     start = int(eng.start_timeout_seconds + 60)
     stop = int(gw.drain_timeout_seconds + eng.shutdown_timeout_seconds + eng.stop_grace_seconds
                + eng.kill_timeout_seconds + 30)
     kill_mode = "process" if rec.on_restart == "adopt" else "mixed"
     state = policy.state_directory
+    var_lib = Path("/var/lib")
+    under_var_lib = state.is_relative_to(var_lib) and state != var_lib
+    if user == "dynamic" and not under_var_lib:
+        raise ValueError(f"DynamicUser=yes needs storage.state_directory under /var/lib "
+                         f"(StateDirectory=), not {state}")
+    name = f"supervisor-{policy.fleet}"
+    if user == "dynamic":
+        who = ["# A transient user made by systemd for this service (systemd.exec(5)).",
+               "DynamicUser=yes"]
+    elif user == "root":
+        who = ["# Runs as root: prefer a service user (supervisor systemd-unit --user NAME)."]
+    else:
+        account = user or DEFAULT_USER
+        who = [f"# The service user: create it once with useradd --system --home-dir "
+               f"/var/lib/{account}", "# --shell /usr/sbin/nologin "
+               f"{account} (and add it to the video/render groups", "# where /dev/nvidia* "
+               "needs them); the state directory must be owned by it.",
+               f"User={systemd_escape(account)}"]
+    state_lines = ([f"StateDirectory={systemd_escape(str(state.relative_to(var_lib)))}",
+                    "StateDirectoryMode=0700"] if under_var_lib
+                   else [f"ReadWritePaths={systemd_escape(str(state))}"])
     lines = [
         "[Unit]",
         f"Description=Agent-serving supervisor for fleet {policy.fleet}",
-        "Documentation=file://" + str(policy_path),
+        "Documentation=file://" + quote(str(policy_path)).replace("%", "%%"),
         "After=network-online.target",
         "Wants=network-online.target",
+        "# Give up for good after this many failed starts in the interval.",
+        f"StartLimitIntervalSec={int(max(600, rst.start_limit_interval_seconds))}",
+        "StartLimitBurst=5",
         "",
         "[Service]",
         "Type=notify",
         "NotifyAccess=main",
-        f"ExecStart={shlex.join([exe, 'run', '--policy', str(policy_path)])}",
+        "ExecStart=" + " ".join([systemd_escape(exe), *(_exec_word(w) for w in
+                                                        ["run", "--policy", str(policy_path)])]),
         "ExecReload=/bin/kill -HUP $MAINPID",
-        f"WorkingDirectory={policy.working_directory}",
-        *( [f"User={user}"] if user else []),
-        "Restart=always",
+        f"WorkingDirectory={systemd_escape(str(policy.working_directory))}",
+        *who,
+        "# Exit 1: the supervisor gave up (the safest mode kept crashing); exit 2: a bad",
+        "# policy. Neither is restarted; any other failure is, within the start limit.",
+        "Restart=on-failure",
         "RestartSec=5",
+        "RestartPreventExitStatus=1 2",
         f"WatchdogSec={max(30, int(3 * policy.sampling.tick_seconds))}",
         f"TimeoutStartSec={start}",
         f"TimeoutStopSec={stop}",
@@ -125,16 +194,42 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
         "CPUSchedulingPolicy=rr",
         "CPUSchedulingPriority=5",
         "OOMScoreAdjust=-900",
-        "# Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable. The engine",
-        "# inherits it: no ProtectHome=, since vLLM, FlashInfer, Triton and the Hugging",
-        "# Face hub write their caches under ~/.cache (torch.compile, JIT kernels).",
+        f"LimitNOFILE={LIMIT_NOFILE}",
+        "# Files 0600, directories 0700: database, WAL, logs, spool, traces (issue 17).",
+        "UMask=0077",
+        *state_lines,
+        "# The engine's TMPDIR is made under it (short enough for vLLM's IPC sockets).",
+        f"RuntimeDirectory={name}",
+        "RuntimeDirectoryMode=0700",
+        "RuntimeDirectoryPreserve=restart",
+        "# vLLM, FlashInfer, Triton and the Hugging Face hub write their caches under",
+        "# $HOME/.cache (torch.compile, JIT kernels): here, not in a home directory.",
+        f"CacheDirectory={name}",
+        f"Environment=HOME=%C/{name} XDG_CACHE_HOME=%C/{name}",
+        "# Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable.",
         "NoNewPrivileges=yes",
-        "ProtectSystem=full",
+        "CapabilityBoundingSet=",
+        "AmbientCapabilities=",
+        "PrivateTmp=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
         "ProtectControlGroups=yes",
         "ProtectKernelModules=yes",
+        "ProtectKernelTunables=yes",
+        "ProtectHostname=yes",
+        "ProtectProc=invisible",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+        "RestrictNamespaces=yes",
         "RestrictSUIDSGID=yes",
         "LockPersonality=yes",
-        f"ReadWritePaths={state}",
+        "SystemCallArchitectures=native",
+        "PrivateMounts=yes",
+        "# System calls neither the supervisor nor vLLM makes (CUDA and NVML go through",
+        "# ioctl/mmap). Not @resources: the launcher sets the engine's scheduling, affinity",
+        "# and priority, and vLLM binds memory to NUMA nodes. Refused with EPERM, not killed.",
+        "SystemCallFilter=~@clock @cpu-emulation @debug @module @mount @obsolete @raw-io "
+        "@reboot @swap",
+        "SystemCallErrorNumber=EPERM",
         "Environment=PYTHONUNBUFFERED=1",
         "",
         "[Install]",

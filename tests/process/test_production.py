@@ -201,14 +201,18 @@ def test_systemd_unit_file(tmp_path: Path) -> None:
                           str(path)], cwd=ROOT, capture_output=True, text=True, check=True)
     unit = dict(line.split("=", 1) for line in out.stdout.splitlines()
                 if "=" in line and not line.startswith("#"))
-    assert unit["Type"] == "notify" and unit["Restart"] == "always"
+    assert unit["Type"] == "notify" and unit["Restart"] == "on-failure"
+    assert unit["RestartPreventExitStatus"] == "1 2"        # "give up" stays given up
     assert unit["ExecStart"].endswith(f"run --policy {path}")
     assert unit["KillMode"] == "process"              # adopt: the engine outlives a crash
     # Stop covers the gateway's drain + vLLM's --shutdown-timeout + grace + SIGKILL wait.
     assert int(unit["TimeoutStopSec"]) >= 60 + 1 + 1 + 10
     assert "ProtectKernelLogs" not in unit and "PrivateDevices" not in unit
-    # The engine inherits the sandbox and writes its compile/JIT caches under ~/.cache.
-    assert "ProtectHome" not in unit and unit["ProtectSystem"] == "full"
+    # The engine inherits the sandbox and writes its compile/JIT caches under $HOME/.cache:
+    # HOME is the unit's cache directory, home directories are read-only.
+    assert unit["ProtectHome"] == "read-only" and unit["ProtectSystem"] == "strict"
+    assert unit["Environment"] == "PYTHONUNBUFFERED=1"
+    assert unit["User"] == "supervisor" and unit["UMask"] == "0077"
 
 
 def test_json_log_lines(tmp_path: Path) -> None:
