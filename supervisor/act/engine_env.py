@@ -76,7 +76,7 @@ DEV_MODE_VARIABLES = frozenset({
 #: Longest TMPDIR we give the engine: 107 bytes (sockaddr_un.sun_path) less vLLM's
 #: "/<uuid4>" socket name and some room; a run under a deep state directory failed to
 #: start with "ipc path ... is longer than 107 characters".
-MAX_TMPDIR_CHARS = 60
+MAX_TMPDIR_CHARS = 64
 
 _PREFIX = "vllm-sup-"
 #: What mkdtemp adds to ``vllm-sup-<run id>-``: 8 random characters.

@@ -26,7 +26,7 @@ from supervisor.errors import StoreError
 
 __all__ = [
     "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "downgrade", "is_unavailable", "make_engine",
-    "upgrade",
+    "safe_url", "upgrade",
 ]
 
 #: Alembic scripts, at the top of the repository (the design card's ``migrations/``).
@@ -73,7 +73,7 @@ def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> E
             connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_SECONDS
         return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     except (SQLAlchemyError, ValueError, OSError) as exc:
-        raise StoreError(f"cannot open database {_safe(url)}: {exc}") from exc
+        raise StoreError(f"cannot open database {safe_url(url)}: {exc}") from exc
 
 
 #: PostgreSQL SQLSTATE classes that say "not now" rather than "never": connection
@@ -99,8 +99,9 @@ def is_unavailable(exc: BaseException) -> bool:
         sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES or sqlstate == _READ_ONLY_SQLSTATE)
 
 
-def _safe(url: str) -> str:
-    """The URL with any password masked, for messages."""
+def safe_url(url: str) -> str:
+    """The URL with any password masked, for messages and logs (issue 17: the password
+    was logged at INFO)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):

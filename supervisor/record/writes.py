@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from supervisor.act.incident import Incident, Transition
 from supervisor.errors import StoreError
-from supervisor.privacy import mask_argv, mask_text
+from supervisor.privacy import MASK, is_secret_name, mask_argv, mask_text
 from supervisor.record.models import (
     EngineRunRow,
     IncidentRow,
@@ -80,14 +80,29 @@ def update_run(session: Session, *, run_id: str, values: dict[str, Any]) -> None
         setattr(row, key, value)
 
 
+def _masked(value: Any) -> Any:
+    """``value`` (JSON-like) with every string passed through ``mask_text`` and the
+    values of secret-named keys replaced."""
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, dict):
+        return {k: MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str)
+                else _masked(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(v) for v in value]
+    return value
+
+
 def insert_incident(session: Session, *, fleet: str, host: str, incident: Incident) -> int:
-    """Add ``incident`` (log tail masked); returns its id."""
+    """Add ``incident`` with its text masked (explanation, outcome, the strings in its
+    findings, log tail: issue 17, a refused reload stored an engine ``--api-key`` and an
+    ``HF_TOKEN`` from the validation error); returns its id."""
     row = IncidentRow(
         fleet=fleet, host=host, kind=incident.kind, severity=incident.severity,
         started_at=incident.started_at, ended_at=incident.ended_at, mode=incident.mode,
         rung=incident.rung, run_id=incident.run_id, action=incident.action,
-        outcome=incident.outcome, explanation=incident.explanation,
-        findings=list(incident.findings), log_tail=mask_text(incident.log_tail),
+        outcome=mask_text(incident.outcome), explanation=mask_text(incident.explanation),
+        findings=[_masked(f) for f in incident.findings], log_tail=mask_text(incident.log_tail),
         kernel_lines=list(incident.kernel_lines))
     session.add(row)
     session.flush()
