@@ -247,3 +247,35 @@ def test_issue_17_env_interpolation(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     # load_policy stays pure: no environment unless one is given.
     with pytest.raises(PolicyError):
         load_policy(path.read_text())
+
+
+def test_issue_17_secrets_from_files_and_systemd_credentials(tmp_path: Path) -> None:
+    (tmp_path / "db.url").write_text(f"postgresql://u:{SECRET}@db/x\n")
+    (tmp_path / "hook").write_text("https://hooks.example/T0/file\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(MINIMAL + "storage: {database_url_file: db.url}\n"
+                    "alerts: {webhook_url_file: hook}\n")
+    policy = load_policy_file(path)
+    assert policy.database_url == f"postgresql://u:{SECRET}@db/x"
+    assert policy.webhook_url == "https://hooks.example/T0/file"
+    assert policy.engine_api_key({}) is None
+    # A systemd credential (LoadCredential=NAME:PATH -> $CREDENTIALS_DIRECTORY/NAME) wins.
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "engine_api_key").write_text("from-credential\n")
+    (creds / "database_url").write_text("sqlite:////var/lib/x.db")
+    env = {"CREDENTIALS_DIRECTORY": str(creds)}
+    assert policy.engine_api_key(env) == "from-credential"
+    assert policy.secret("database_url", policy.storage.database_url_file, env) == \
+        "sqlite:////var/lib/x.db"
+    # A missing file: the option and the file named, nothing of a value.
+    (tmp_path / "db.url").unlink()
+    with pytest.raises(PolicyError) as info:
+        _ = policy.database_url
+    assert "db.url" in str(info.value) and "database_url: cannot read the secret file" in str(
+        info.value)
+
+
+def test_issue_17_database_url_and_its_file_are_exclusive() -> None:
+    err = _refused(MINIMAL + "storage: {database_url: 'sqlite:///x', database_url_file: f}\n")
+    assert "set one, not both" in str(err) and "sqlite:///x" not in str(err)
