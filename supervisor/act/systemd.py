@@ -129,7 +129,9 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
     start limit (``StartLimitBurst=`` in ``StartLimitIntervalSec=``) bounds the rest.
     Hardening keeps /dev/nvidia* (NVML) and /dev/kmsg reachable, so no
     ``PrivateDevices=``, ``ProtectClock=`` or ``ProtectKernelLogs=`` (each narrows the
-    device list). Paths are escaped (``%`` and spaces, ``$`` in ExecStart).
+    device list). Paths are escaped (``%`` and spaces, ``$`` in ExecStart). Every
+    ``*_file`` secret of the policy becomes a ``LoadCredential=`` (systemd.exec(5),
+    "Credentials"), so the service user need not be able to read the file itself.
 
     Raises: ValueError for ``user="dynamic"`` with a state directory outside /var/lib.
     """
@@ -158,6 +160,15 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
                f"{account} (and add it to the video/render groups", "# where /dev/nvidia* "
                "needs them); the state directory must be owned by it.",
                f"User={systemd_escape(account)}"]
+    secret_files = {"database_url": policy.storage.database_url_file,
+                    "webhook_url": policy.alerts.webhook_url_file,
+                    "admin_token": policy.admin.token_file,
+                    "engine_api_key": policy.engine.api_key_file}
+    creds = [f"LoadCredential={name}:{systemd_escape(str(policy.resolve(path)))}"
+             for name, path in secret_files.items() if path is not None]
+    if creds:
+        creds.insert(0, "# Secret files, read by systemd (as root) into $CREDENTIALS_DIRECTORY,"
+                        " where the supervisor looks first.")
     state_lines = ([f"StateDirectory={systemd_escape(str(state.relative_to(var_lib)))}",
                     "StateDirectoryMode=0700"] if under_var_lib
                    else [f"ReadWritePaths={systemd_escape(str(state))}"])
@@ -198,6 +209,7 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
         "# Files 0600, directories 0700: database, WAL, logs, spool, traces (issue 17).",
         "UMask=0077",
         *state_lines,
+        *creds,
         "# The engine's TMPDIR is made under it (short enough for vLLM's IPC sockets).",
         f"RuntimeDirectory={name}",
         "RuntimeDirectoryMode=0700",

@@ -31,6 +31,8 @@ def odd_place(tmp_path: Path) -> tuple[Path, Path]:
     exe.chmod(0o755)
     text = (ROOT / "policies" / "cpu-demo.yaml").read_text().replace(
         "state_directory: ../.supervisor/cpu-demo", f"state_directory: '{base}/st a%i'")
+    text = text.replace("  token_env: SUPERVISOR_ADMIN_TOKEN\n",
+                        "  token_env: SUPERVISOR_ADMIN_TOKEN\n  token_file: 'admin token'\n")
     policy = base / "p$x.yaml"
     policy.write_text(text.replace("working_directory: ..", f"working_directory: '{ROOT}'"))
     return policy, exe
@@ -65,6 +67,7 @@ def test_issue_17_the_unit_is_hardened(tmp_path: Path) -> None:
     assert "PrivateDevices" not in text and "ProtectKernelLogs" not in text
     assert 'ReadWritePaths="' in text and "%%i" in text and "bin$x/super visor\" run" in text
     assert "p$$x.yaml" in text
+    assert f'\nLoadCredential=admin_token:"{odd.parent}/pol 100%%d/admin token"\n' in text
 
 
 def test_issue_17_dynamic_user_needs_a_state_directory_under_var_lib(tmp_path: Path) -> None:
