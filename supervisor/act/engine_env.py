@@ -59,11 +59,13 @@ INHERITED = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
     "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
     "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-    "CREDENTIALS_DIRECTORY", "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CACHE_DIRECTORY",
+    "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CACHE_DIRECTORY", "CC", "CXX",
+    "MASTER_ADDR", "MASTER_PORT",
 })
-INHERITED_PREFIXES = ("LC_", "XDG_", "CUDA_", "NVIDIA_", "NCCL_", "TORCH", "TRITON_", "OMP_",
-                      "MKL_", "KMP_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "VLLM_",
-                      "FLASHINFER_", "TOKENIZERS_")
+INHERITED_PREFIXES = ("LC_", "XDG_", "CUDA_", "NVIDIA_", "NCCL_", "TORCH", "PYTORCH_",
+                      "TRITON_", "CUBLAS_", "CUDNN_", "NVTE_", "GLOO_", "UCX_", "OMP_", "MKL_",
+                      "KMP_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "VLLM_", "FLASHINFER_",
+                      "TOKENIZERS_")
 
 #: vLLM switches that open unauthenticated control endpoints or unsafe code paths:
 #: passed only when ``engine.environment`` sets them.

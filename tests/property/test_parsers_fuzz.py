@@ -3,14 +3,15 @@ inputs (the shipped policies, a trace recorded from the CPU engine, spool lines 
 writer makes) never end in an unhandled exception, only in the parser's own clear
 error. The metrics and log parsers have theirs beside their unit tests.
 
-Bounded in time: ``max_examples`` per test and a per-example ``deadline``; the figures
-are printed by ``pytest -s`` (examples run).
+Bounded in time: ``max_examples`` per test (``SUPERVISOR_FUZZ_EXAMPLES``, default 400)
+and a per-example ``deadline``; the figures are printed by ``pytest -s`` (examples run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,7 +62,8 @@ mutation = st.tuples(
     st.one_of(st.sampled_from(_PIECES), st.binary(max_size=12)),
 )
 
-FUZZ = settings(max_examples=400, deadline=2000, suppress_health_check=list(HealthCheck),
+EXAMPLES = int(os.environ.get("SUPERVISOR_FUZZ_EXAMPLES", "400"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=2000, suppress_health_check=list(HealthCheck),
                 derandomize=True)
 RUNS: dict[str, int] = {}
 
@@ -124,7 +126,7 @@ def test_issue_17_fuzz_spool_lines_only_value_errors(line: bytes, muts) -> None:
         record_from_json(text)
 
 
-@settings(max_examples=150, deadline=5000, suppress_health_check=list(HealthCheck),
+@settings(max_examples=max(1, EXAMPLES * 3 // 8), deadline=5000, suppress_health_check=list(HealthCheck),
           derandomize=True)
 @given(st.lists(st.tuples(st.sampled_from(SPOOL_LINES), st.lists(mutation, max_size=2)),
                 min_size=1, max_size=6))
