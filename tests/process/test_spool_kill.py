@@ -20,7 +20,7 @@ from pathlib import Path
 from supervisor.record.spool import Spool
 
 #: Lives killed; about 1 s each (the child's imports dominate).
-KILLS = 30
+KILLS = int(os.environ.get("SUPERVISOR_SPOOL_KILLS", "30"))
 
 _CHILD = r"""
 import random, sys

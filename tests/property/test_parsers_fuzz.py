@@ -126,7 +126,8 @@ def test_issue_17_fuzz_spool_lines_only_value_errors(line: bytes, muts) -> None:
         record_from_json(text)
 
 
-@settings(max_examples=max(1, EXAMPLES * 3 // 8), deadline=5000, suppress_health_check=list(HealthCheck),
+@settings(max_examples=max(1, EXAMPLES * 3 // 8), deadline=5000,
+          suppress_health_check=list(HealthCheck),
           derandomize=True)
 @given(st.lists(st.tuples(st.sampled_from(SPOOL_LINES), st.lists(mutation, max_size=2)),
                 min_size=1, max_size=6))
