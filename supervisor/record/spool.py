@@ -133,7 +133,7 @@ class Spool:
     def _file_lines(self) -> list[str] | None:
         """The lines in the file; None (logged) when it exists but cannot be read."""
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as f:
+            with open(self.path, encoding="utf-8", errors="replace", newline="\n") as f:
                 return [line.rstrip("\n") for line in f if line.strip()]
         except FileNotFoundError:
             return []
