@@ -136,42 +136,8 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
     Raises: ValueError for ``user="dynamic"`` with a state directory outside /var/lib.
     """
     exe = executable or str(Path(sys.argv[0]).resolve())
-    eng, gw, rec, rst = policy.engine, policy.gateway, policy.recovery, policy.restart
-    start = int(eng.start_timeout_seconds + 60)
-    stop = int(gw.drain_timeout_seconds + eng.shutdown_timeout_seconds + eng.stop_grace_seconds
-               + eng.kill_timeout_seconds + 30)
-    kill_mode = "process" if rec.on_restart == "adopt" else "mixed"
-    state = policy.state_directory
-    var_lib = Path("/var/lib")
-    under_var_lib = state.is_relative_to(var_lib) and state != var_lib
-    if user == "dynamic" and not under_var_lib:
-        raise ValueError(f"DynamicUser=yes needs storage.state_directory under /var/lib "
-                         f"(StateDirectory=), not {state}")
+    rst = policy.restart
     name = f"supervisor-{policy.fleet}"
-    if user == "dynamic":
-        who = ["# A transient user made by systemd for this service (systemd.exec(5)).",
-               "DynamicUser=yes"]
-    elif user == "root":
-        who = ["# Runs as root: prefer a service user (supervisor systemd-unit --user NAME)."]
-    else:
-        account = user or DEFAULT_USER
-        who = [f"# The service user: create it once with useradd --system --home-dir "
-               f"/var/lib/{account}", "# --shell /usr/sbin/nologin "
-               f"{account} (and add it to the video/render groups", "# where /dev/nvidia* "
-               "needs them); the state directory must be owned by it.",
-               f"User={systemd_escape(account)}"]
-    secret_files = {"database_url": policy.storage.database_url_file,
-                    "webhook_url": policy.alerts.webhook_url_file,
-                    "admin_token": policy.admin.token_file,
-                    "engine_api_key": policy.engine.api_key_file}
-    creds = [f"LoadCredential={name}:{systemd_escape(str(policy.resolve(path)))}"
-             for name, path in secret_files.items() if path is not None]
-    if creds:
-        creds.insert(0, "# Secret files, read by systemd (as root) into $CREDENTIALS_DIRECTORY,"
-                        " where the supervisor looks first.")
-    state_lines = ([f"StateDirectory={systemd_escape(str(state.relative_to(var_lib)))}",
-                    "StateDirectoryMode=0700"] if under_var_lib
-                   else [f"ReadWritePaths={systemd_escape(str(state))}"])
     lines = [
         "[Unit]",
         f"Description=Agent-serving supervisor for fleet {policy.fleet}",
@@ -189,7 +155,27 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
                                                         ["run", "--policy", str(policy_path)])]),
         "ExecReload=/bin/kill -HUP $MAINPID",
         f"WorkingDirectory={systemd_escape(str(policy.working_directory))}",
-        *who,
+        *_service_user(policy, user),
+        *_lifecycle(policy),
+        *_directories(policy, name),
+        *_credentials(policy),
+        *_HARDENING,
+        "Environment=PYTHONUNBUFFERED=1",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _lifecycle(policy: Policy) -> list[str]:
+    """Restarts, timeouts, kill mode, scheduling and limits (see ``unit_file``)."""
+    eng, gw, rec = policy.engine, policy.gateway, policy.recovery
+    start = int(eng.start_timeout_seconds + 60)
+    stop = int(gw.drain_timeout_seconds + eng.shutdown_timeout_seconds + eng.stop_grace_seconds
+               + eng.kill_timeout_seconds + 30)
+    kill_mode = "process" if rec.on_restart == "adopt" else "mixed"
+    return [
         "# Exit 1: the supervisor gave up (the safest mode kept crashing); exit 2: a bad",
         "# policy. Neither is restarted; any other failure is, within the start limit.",
         "Restart=on-failure",
@@ -208,8 +194,39 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
         f"LimitNOFILE={LIMIT_NOFILE}",
         "# Files 0600, directories 0700: database, WAL, logs, spool, traces (issue 17).",
         "UMask=0077",
-        *state_lines,
-        *creds,
+    ]
+
+
+def _service_user(policy: Policy, user: str | None) -> list[str]:
+    """``User=`` / ``DynamicUser=`` lines (see ``unit_file``)."""
+    if user == "dynamic":
+        if not _under_var_lib(policy.state_directory):
+            raise ValueError(f"DynamicUser=yes needs storage.state_directory under /var/lib "
+                             f"(StateDirectory=), not {policy.state_directory}")
+        return ["# A transient user made by systemd for this service (systemd.exec(5)).",
+                "DynamicUser=yes"]
+    if user == "root":
+        return ["# Runs as root: prefer a service user (supervisor systemd-unit --user NAME)."]
+    account = user or DEFAULT_USER
+    return [f"# The service user: create it once with useradd --system --home-dir "
+            f"/var/lib/{account}", f"# --shell /usr/sbin/nologin {account} (and add it to "
+            "the video/render groups", "# where /dev/nvidia* needs them); the state "
+            "directory must be owned by it.", f"User={systemd_escape(account)}"]
+
+
+def _under_var_lib(path: Path) -> bool:
+    return path.is_relative_to("/var/lib") and path != Path("/var/lib")
+
+
+def _directories(policy: Policy, name: str) -> list[str]:
+    """The state directory (``StateDirectory=`` under /var/lib, else ``ReadWritePaths=``),
+    the runtime directory the engine's TMPDIR is made in, the cache directory."""
+    state = policy.state_directory
+    lines = ([f"StateDirectory={systemd_escape(str(state.relative_to('/var/lib')))}",
+              "StateDirectoryMode=0700"] if _under_var_lib(state)
+             else [f"ReadWritePaths={systemd_escape(str(state))}"])
+    return [
+        *lines,
         "# The engine's TMPDIR is made under it (short enough for vLLM's IPC sockets).",
         f"RuntimeDirectory={name}",
         "RuntimeDirectoryMode=0700",
@@ -218,33 +235,47 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
         "# $HOME/.cache (torch.compile, JIT kernels): here, not in a home directory.",
         f"CacheDirectory={name}",
         f"Environment=HOME=%C/{name} XDG_CACHE_HOME=%C/{name}",
-        "# Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable.",
-        "NoNewPrivileges=yes",
-        "CapabilityBoundingSet=",
-        "AmbientCapabilities=",
-        "PrivateTmp=yes",
-        "ProtectSystem=strict",
-        "ProtectHome=read-only",
-        "ProtectControlGroups=yes",
-        "ProtectKernelModules=yes",
-        "ProtectKernelTunables=yes",
-        "ProtectHostname=yes",
-        "ProtectProc=invisible",
-        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
-        "RestrictNamespaces=yes",
-        "RestrictSUIDSGID=yes",
-        "LockPersonality=yes",
-        "SystemCallArchitectures=native",
-        "PrivateMounts=yes",
-        "# System calls neither the supervisor nor vLLM makes (CUDA and NVML go through",
-        "# ioctl/mmap). Not @resources: the launcher sets the engine's scheduling, affinity",
-        "# and priority, and vLLM binds memory to NUMA nodes. Refused with EPERM, not killed.",
-        "SystemCallFilter=~@clock @cpu-emulation @debug @module @mount @obsolete @raw-io "
-        "@reboot @swap",
-        "SystemCallErrorNumber=EPERM",
-        "Environment=PYTHONUNBUFFERED=1",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
     ]
-    return "\n".join(lines) + "\n"
+
+
+def _credentials(policy: Policy) -> list[str]:
+    """``LoadCredential=`` for every ``*_file`` secret of the policy."""
+    secret_files = {"database_url": policy.storage.database_url_file,
+                    "webhook_url": policy.alerts.webhook_url_file,
+                    "admin_token": policy.admin.token_file,
+                    "engine_api_key": policy.engine.api_key_file}
+    creds = [f"LoadCredential={name}:{systemd_escape(str(policy.resolve(path)))}"
+             for name, path in secret_files.items() if path is not None]
+    if creds:
+        creds.insert(0, "# Secret files, read by systemd (as root) into $CREDENTIALS_DIRECTORY,"
+                        " where the supervisor looks first.")
+    return creds
+
+
+#: Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable.
+_HARDENING = [
+    "# Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable.",
+    "NoNewPrivileges=yes",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "PrivateTmp=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "ProtectControlGroups=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectHostname=yes",
+    "ProtectProc=invisible",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "RestrictNamespaces=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "SystemCallArchitectures=native",
+    "PrivateMounts=yes",
+    "# System calls neither the supervisor nor vLLM makes (CUDA and NVML go through",
+    "# ioctl/mmap). Not @resources: the launcher sets the engine's scheduling, affinity",
+    "# and priority, and vLLM binds memory to NUMA nodes. Refused with EPERM, not killed.",
+    "SystemCallFilter=~@clock @cpu-emulation @debug @module @mount @obsolete @raw-io "
+    "@reboot @swap",
+    "SystemCallErrorNumber=EPERM",
+]
