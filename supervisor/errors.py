@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "AlreadyRunning",
     "HIDDEN",
+    "AlreadyRunning",
     "EngineError",
     "EngineStartError",
     "EngineStopTimeout",

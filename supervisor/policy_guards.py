@@ -386,7 +386,18 @@ class Storage(_Model):
 
     state_directory: str = ".supervisor"
     database_url: str | None = None
-    """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``."""
+    """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``. Its
+    password is never logged; better kept out of the file (``${PGURL}`` or
+    ``database_url_file``)."""
+    database_url_file: str | None = None
+    """A file holding the URL (relative to the policy file). A systemd credential
+    ``database_url`` (``LoadCredential=``) wins over both."""
+
+    @model_validator(mode="after")
+    def _one_url(self) -> Storage:
+        if self.database_url is not None and self.database_url_file is not None:
+            raise ValueError("database_url and database_url_file: set one, not both")
+        return self
     after_host_reset: Literal["one_rung_down", "same_rung", "initial"] = "one_rung_down"
     """Where to start after the host went down with the engine running (boot id changed,
     no clean-stop marker): the engine's configuration may have been what froze it."""

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from supervisor.policy import Policy
-from supervisor.record.privacy import is_secret_name
+from supervisor.privacy import is_secret_name
 
 __all__ = [
     "DEV_MODE_VARIABLES",

@@ -4,7 +4,6 @@ run's private TMPDIR."""
 from __future__ import annotations
 
 import secrets
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from supervisor.act.logtail import LogTail
 from supervisor.states import CrashReason
 
-__all__ = ["MAX_TMPDIR_CHARS", "EngineRun", "new_run_id", "run_tmp_dir", "utcnow"]
+__all__ = ["EngineRun", "new_run_id", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -22,18 +21,6 @@ def utcnow() -> datetime:
 def new_run_id() -> str:
     """A sortable, readable id for one engine run: ``20261129T211530-3fa2``."""
     return utcnow().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(2)
-
-
-#: Longest TMPDIR we give the engine. vLLM binds ZMQ IPC sockets named by a UUID in it,
-#: and a UNIX socket path may not exceed 107 bytes (sockaddr_un.sun_path); a run under a
-#: deep state directory failed to start with "ipc path ... is longer than 107 characters".
-MAX_TMPDIR_CHARS = 60
-
-
-def run_tmp_dir(run_id: str) -> Path:
-    """The private TMPDIR of run ``run_id``: short enough for vLLM's IPC socket paths."""
-    path = Path(tempfile.gettempdir()) / f"vllm-sup-{run_id}"
-    return path if len(str(path)) <= MAX_TMPDIR_CHARS else Path("/tmp") / f"vllm-sup-{run_id}"
 
 
 @dataclass
@@ -72,7 +59,9 @@ class EngineRun:
     """Start-up fallback flags this run was launched with (over the mode's arguments)."""
     sigterm_ignored: bool = False
     """The stop had to SIGKILL the group: it outlived SIGTERM past the grace."""
-    shm_before: set[str] = field(default_factory=set, repr=False)
+    shm_before: set[str] | None = field(default_factory=set, repr=False)
+    """/dev/shm leftovers-to-be before the start; None: unknown (not read), so nothing
+    is removed after the run."""
     log_tail: LogTail | None = field(default=None, repr=False)
     """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
 

@@ -10,6 +10,7 @@ finishes a stop by checking that no process of that group is left.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -21,12 +22,14 @@ from pathlib import Path
 
 import psutil
 
+from supervisor.act.engine_env import engine_environment, make_run_tmp_dir
 from supervisor.act.engine_run import EngineRun
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy
 
 __all__ = [
     "ENGINE_SCHEDULING",
+    "RESOURCE_ERRNOS",
     "SHM_DIR",
     "SHM_PREFIXES",
     "EngineScheduling",
@@ -34,6 +37,7 @@ __all__ = [
     "group_members",
     "kill_group",
     "looks_like",
+    "out_of_resources",
     "port_owner",
     "read_leftovers",
     "remove_stale_shm",
@@ -248,21 +252,22 @@ async def stop_leftover_group(pid: int, argv: list[str], timeout_s: float,
 async def spawn_engine(run: EngineRun, policy: Policy) -> asyncio.subprocess.Process:
     """Start ``run``'s argv in a session of its own (pgid = its pid), its output appended
     to ``run.log_path``, TMPDIR its private ``run.tmp_dir``, with the scheduling an
-    engine must start with (``ENGINE_SCHEDULING``). Raises EngineStartError when the
+    engine must start with (``ENGINE_SCHEDULING``); TMPDIR made by mkdtemp and the
+    environment from an allow-list (``act/engine_env.py``). Raises EngineStartError when the
     engine's port is taken, its files cannot be made or its executable cannot run."""
     eng = policy.engine
     owner = port_owner(eng.host, eng.port)
     if owner is not None:
         raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
     try:
-        run.log_path.parent.mkdir(parents=True, exist_ok=True)
-        run.tmp_dir.mkdir(parents=True, exist_ok=True)
+        run.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run.tmp_dir = make_run_tmp_dir(policy, run.run_id)
     except OSError as exc:
         raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **eng.environment,
-           "TMPDIR": str(run.tmp_dir)}
+    env = engine_environment(policy, run.tmp_dir)   # issue 17: an allow-list
     try:
-        with open(run.log_path, "ab") as log:
+        fd = os.open(run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(fd, "ab") as log:
             return await asyncio.create_subprocess_exec(
                 *run.argv, cwd=policy.working_directory, env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
@@ -271,3 +276,23 @@ async def spawn_engine(run: EngineRun, policy: Policy) -> asyncio.subprocess.Pro
     except (OSError, subprocess.SubprocessError) as exc:
         raise EngineStartError(f"cannot execute {run.argv[0]}: "
                                f"{getattr(exc, 'strerror', None) or exc}") from exc
+
+
+#: errno values of a spawn that failed because the supervisor or the box ran out of
+#: something (file descriptors, memory, processes), not because of the engine: such a
+#: failure is recorded as ``CrashReason.SPAWN_RESOURCES`` and never counts toward the
+#: start limit (issue 17: a connection flood used up the descriptors, six spawns failed
+#: with "too many open files", and the ladder was stepped down to giving up).
+RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN,
+                             errno.ENOSPC})
+
+
+def out_of_resources(exc: BaseException) -> bool:
+    """Whether a spawn failed for want of descriptors, memory or processes (anywhere in
+    the exception's chain)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in RESOURCE_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

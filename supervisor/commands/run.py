@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -28,8 +29,10 @@ logger = logging.getLogger("supervisor")
 async def run_service(policy: Policy, trace: Path | None = None,
                       policy_path: Path | None = None) -> int:
     """Run the service in this loop; returns its exit status."""
+    from supervisor.record.database import safe_url
     from supervisor.service import Supervisor
 
+    os.umask(0o077)   # issue 17: database, WAL, logs, spool, traces 0600, directories 0700
     store = await asyncio.to_thread(open_store, policy)
     try:
         sup = Supervisor(policy, store, trace_path=trace, policy_path=policy_path)
@@ -45,7 +48,7 @@ async def run_service(policy: Policy, trace: Path | None = None,
 
         loop.add_signal_handler(signal.SIGHUP, on_hup)
         logger.info("supervisor %s: fleet %s, %d modes, database %s", __version__,
-                    policy.fleet, len(policy.modes), policy.database_url)
+                    policy.fleet, len(policy.modes), safe_url(policy.database_url))
         try:
             return await sup.run()
         except AlreadyRunning as exc:
