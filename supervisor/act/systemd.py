@@ -136,6 +136,9 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
     Raises: ValueError for ``user="dynamic"`` with a state directory outside /var/lib.
     """
     exe = executable or str(Path(sys.argv[0]).resolve())
+    # Run as ``python -m supervisor``, argv[0] is __main__.py (not executable itself).
+    prefix = ([sys.executable, "-m", "supervisor"] if exe.endswith("__main__.py")
+              else [exe])
     rst = policy.restart
     name = f"supervisor-{policy.fleet}"
     lines = [
@@ -151,8 +154,8 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
         "[Service]",
         "Type=notify",
         "NotifyAccess=main",
-        "ExecStart=" + " ".join([systemd_escape(exe), *(_exec_word(w) for w in
-                                                        ["run", "--policy", str(policy_path)])]),
+        "ExecStart=" + " ".join([systemd_escape(prefix[0]), *(_exec_word(w) for w in [
+            *prefix[1:], "run", "--policy", str(policy_path)])]),
         "ExecReload=/bin/kill -HUP $MAINPID",
         f"WorkingDirectory={systemd_escape(str(policy.working_directory))}",
         *_service_user(policy, user),

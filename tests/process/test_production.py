@@ -204,6 +204,8 @@ def test_systemd_unit_file(tmp_path: Path) -> None:
     assert unit["Type"] == "notify" and unit["Restart"] == "on-failure"
     assert unit["RestartPreventExitStatus"] == "1 2"        # "give up" stays given up
     assert unit["ExecStart"].endswith(f"run --policy {path}")
+    # Run as ``python -m supervisor``: the unit runs the same (argv[0] is __main__.py).
+    assert unit["ExecStart"].startswith(f"{sys.executable} -m supervisor run")
     assert unit["KillMode"] == "process"              # adopt: the engine outlives a crash
     # Stop covers the gateway's drain + vLLM's --shutdown-timeout + grace + SIGKILL wait.
     assert int(unit["TimeoutStopSec"]) >= 60 + 1 + 1 + 10
