@@ -26,7 +26,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -45,7 +44,7 @@ from supervisor.policy_guards import (
     Sampling,
     Storage,
 )
-from supervisor.policy_yaml import interpolate, parse_yaml, shown
+from supervisor.policy_yaml import load_policy, load_policy_file
 
 __all__ = [
     "ArgValue",
@@ -264,6 +263,8 @@ class Policy(_Model):
             if spec.enabled and (spec.host, spec.port) in ports:
                 raise ValueError(f"{name}.port {spec.port} is also {ports[(spec.host, spec.port)]}")
             ports[(spec.host, spec.port)] = f"{name}.port"
+        if self.storage.database_url is not None and self.storage.database_url_file:
+            raise ValueError("storage: database_url and database_url_file: set one, not both")
         if self.gateway.auth == "keys" and not self.gateway.api_keys:
             raise ValueError("gateway.auth is keys but gateway.api_keys is empty")
         if self.initial_mode is not None and self.initial_mode not in names:
@@ -436,67 +437,3 @@ def needs_restart(a: Mode, b: Mode) -> bool:
     fixed at launch in vLLM, so any difference in rendered arguments needs a restart.
     """
     return render_args(a.args) != render_args(b.args)
-
-
-def _dotted(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None,
-                environ: dict[str, str] | None = None) -> Policy:
-    """Parse and validate one policy document.
-
-    Args: ``text`` the YAML; ``source`` the name used in error messages; ``base_dir`` the
-    directory relative paths are resolved against (default: the current directory);
-    ``environ`` the variables ``${NAME}`` in string values is replaced from (default:
-    none, so a pure call stays pure; ``load_policy_file`` passes ``os.environ``).
-    Returns: a frozen ``Policy``.
-    Raises: ``PolicyError`` for YAML syntax errors (with line and column), duplicate keys,
-    nesting past ``MAX_YAML_DEPTH``, aliases expanding past ``MAX_YAML_NODES``, an unset
-    ``${NAME}``, and every validation problem (field as a dotted path, the reason, and
-    the value only where it cannot be a secret). Non-finite numbers (``inf``, ``nan``)
-    are refused everywhere.
-    """
-    data = parse_yaml(text, source)
-    if not isinstance(data, dict):
-        raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
-    data = interpolate(data, "", source, environ or {})
-    try:
-        policy = Policy.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = _dotted(err["loc"])
-            reason = err["msg"].removeprefix("Value error, ")
-            problems.append((loc, shown(loc, err.get("input")), reason))
-        raise PolicyError(source, problems) from None
-    except RecursionError:
-        raise PolicyError(source, message="nested too deeply") from None
-    policy._base_dir = Path(os.path.abspath(base_dir or Path.cwd()))
-    return policy
-
-
-def load_policy_file(path: str | Path) -> Policy:
-    """Read and validate a policy file; relative paths resolve against its directory,
-    ``${NAME}`` resolves from the process environment.
-
-    Raises: ``PolicyError`` (file unreadable, not UTF-8, invalid YAML, invalid policy).
-    """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise PolicyError(str(p), message=f"cannot read: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise PolicyError(str(p), message=f"not UTF-8 text: byte 0x{raw[exc.start]:02x} "
-                          f"on line {line}") from None
-    return load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))

@@ -52,8 +52,7 @@ Ratio = Annotated[float, Field(gt=0, le=1)]
 
 
 class _Model(BaseModel):
-    # allow_inf_nan=False: ``inf`` seconds passed validation and crashed
-    # ``systemd-unit`` (issue 17).
+    # allow_inf_nan=False: ``inf`` seconds crashed ``systemd-unit`` (issue 17).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -288,9 +287,7 @@ class AdminSpec(_Model):
     Under systemd, a credential named ``admin_token`` (``LoadCredential=``, read from
     ``$CREDENTIALS_DIRECTORY``) wins over both."""
     allowed_hosts: list[str] = []
-    """Host names (``Host`` header) the API answers to besides the loopback names and
-    the bind address, e.g. ``[supervisor.example.internal]``; any other gets 421 (DNS
-    rebinding)."""
+    """``Host`` names answered besides loopback and the bind address (else 421)."""
 
 
 class AlertSpec(_Model):
@@ -300,8 +297,7 @@ class AlertSpec(_Model):
     """None: no alerts. A webhook URL usually holds its token: better ``${NAME}`` or
     ``webhook_url_file``."""
     webhook_url_file: str | None = None
-    """A file holding the URL (relative to the policy file); a systemd credential
-    ``webhook_url`` wins. Read when an alert is sent."""
+    """Or a file holding it; the systemd credential ``webhook_url`` wins."""
     format: str = "generic"
     """``generic`` (the incident as JSON) or ``slack`` (``{"text": ...}``)."""
     min_interval_seconds: Annotated[float, Field(ge=0)] = 60.0
@@ -386,18 +382,9 @@ class Storage(_Model):
 
     state_directory: str = ".supervisor"
     database_url: str | None = None
-    """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``. Its
-    password is never logged; better kept out of the file (``${PGURL}`` or
-    ``database_url_file``)."""
+    """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``."""
     database_url_file: str | None = None
-    """A file holding the URL (relative to the policy file). A systemd credential
-    ``database_url`` (``LoadCredential=``) wins over both."""
-
-    @model_validator(mode="after")
-    def _one_url(self) -> Storage:
-        if self.database_url is not None and self.database_url_file is not None:
-            raise ValueError("database_url and database_url_file: set one, not both")
-        return self
+    """Or a file holding it; the systemd credential ``database_url`` wins (not both)."""
     after_host_reset: Literal["one_rung_down", "same_rung", "initial"] = "one_rung_down"
     """Where to start after the host went down with the engine running (boot id changed,
     no clean-stop marker): the engine's configuration may have been what froze it."""

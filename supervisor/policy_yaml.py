@@ -10,14 +10,21 @@ never one that may be a secret.
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import ValidationError
 
 from supervisor.errors import HIDDEN, PolicyError
 
-__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "interpolate", "parse_yaml", "shown"]
+if TYPE_CHECKING:
+    from supervisor.policy import Policy
+
+__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "interpolate", "load_policy", "load_policy_file",
+           "parse_yaml", "shown"]
 
 
 #: Deepest nesting of mappings and lists a policy may have: the shipped ones reach 5.
@@ -145,3 +152,69 @@ def shown(loc: str, value: Any) -> Any:
     if isinstance(value, str) and len(value) <= 64 and not _SECRET_FIELDS.search(loc):
         return value
     return HIDDEN
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None,
+                environ: dict[str, str] | None = None) -> Policy:
+    """Parse and validate one policy document.
+
+    Args: ``text`` the YAML; ``source`` the name used in error messages; ``base_dir`` the
+    directory relative paths are resolved against (default: the current directory);
+    ``environ`` the variables ``${NAME}`` in string values is replaced from (default:
+    none, so a pure call stays pure; ``load_policy_file`` passes ``os.environ``).
+    Returns: a frozen ``Policy``.
+    Raises: ``PolicyError`` for YAML syntax errors (with line and column), duplicate keys,
+    nesting past ``MAX_YAML_DEPTH``, aliases expanding past ``MAX_YAML_NODES``, an unset
+    ``${NAME}``, and every validation problem (field as a dotted path, the reason, and
+    the value only where it cannot be a secret). Non-finite numbers (``inf``, ``nan``)
+    are refused everywhere.
+    """
+    from supervisor.policy import Policy  # policy.py imports this module
+
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
+    data = interpolate(data, "", source, environ or {})
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _dotted(err["loc"])
+            reason = err["msg"].removeprefix("Value error, ")
+            problems.append((loc, shown(loc, err.get("input")), reason))
+        raise PolicyError(source, problems) from None
+    except RecursionError:
+        raise PolicyError(source, message="nested too deeply") from None
+    policy._base_dir = Path(os.path.abspath(base_dir or Path.cwd()))
+    return policy
+
+
+def load_policy_file(path: str | Path) -> Policy:
+    """Read and validate a policy file; relative paths resolve against its directory,
+    ``${NAME}`` resolves from the process environment.
+
+    Raises: ``PolicyError`` (file unreadable, not UTF-8, invalid YAML, invalid policy).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise PolicyError(str(p), message=f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise PolicyError(str(p), message=f"not UTF-8 text: byte 0x{raw[exc.start]:02x} "
+                          f"on line {line}") from None
+    return load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +51,7 @@ __all__ = [
     "engine_environment",
     "find_run_tmp_dirs",
     "make_run_tmp_dir",
+    "remove_run_tmp_dirs",
     "tmp_base",
 ]
 
@@ -160,3 +162,9 @@ def find_run_tmp_dirs(policy: Policy, run_id: str,
                 continue
             found.append(path)
     return sorted(found)
+
+
+def remove_run_tmp_dirs(policy: Policy, run_id: str) -> None:
+    """Remove what ``find_run_tmp_dirs`` finds for run ``run_id``."""
+    for path in find_run_tmp_dirs(policy, run_id):
+        shutil.rmtree(path, ignore_errors=True)

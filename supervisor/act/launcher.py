@@ -22,7 +22,7 @@ import httpx
 import psutil
 
 from supervisor.act.child_watch import ChildWatch
-from supervisor.act.engine_env import find_run_tmp_dirs
+from supervisor.act.engine_env import find_run_tmp_dirs, remove_run_tmp_dirs
 from supervisor.act.engine_run import EngineRun, new_run_id, utcnow
 from supervisor.act.logtail import LogTail
 from supervisor.act.processes import (
@@ -30,11 +30,11 @@ from supervisor.act.processes import (
     group_members,
     kill_group,
     looks_like,
-    out_of_resources,
     read_leftovers,
     remove_stale_shm,
     shm_snapshot,
     spawn_engine,
+    spawn_failure,
     stop_leftover_group,
 )
 from supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
@@ -194,8 +194,7 @@ class EngineLauncher:
             self._proc = await spawn_engine(run, self.policy)
         except (EngineStartError, OSError, subprocess.SubprocessError, PolicyError) as exc:
             run.error = str(exc)
-            run.crash_reason = (CrashReason.SPAWN_RESOURCES if out_of_resources(exc)
-                                else CrashReason.SPAWN_FAILED)
+            run.crash_reason = spawn_failure(exc)
             run.ended_at = utcnow()
             self._exited.set()
             self._set(EngineState.CRASHED, f"spawn failed: {exc}")
@@ -431,8 +430,7 @@ class EngineLauncher:
         Returns: the pids that were found and killed.
         Raises: EngineStopTimeout when some survive.
         """
-        for tmp_dir in find_run_tmp_dirs(self.policy, run_id):
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+        remove_run_tmp_dirs(self.policy, run_id)
         return await stop_leftover_group(pid, argv, self.policy.engine.kill_timeout_seconds,
                                          self._clock)
 

@@ -26,6 +26,7 @@ from supervisor.act.engine_env import engine_environment, make_run_tmp_dir
 from supervisor.act.engine_run import EngineRun
 from supervisor.errors import EngineStartError, EngineStopTimeout
 from supervisor.policy import Policy
+from supervisor.states import CrashReason
 
 __all__ = [
     "ENGINE_SCHEDULING",
@@ -43,6 +44,7 @@ __all__ = [
     "remove_stale_shm",
     "shm_snapshot",
     "spawn_engine",
+    "spawn_failure",
     "stop_leftover_group",
 ]
 
@@ -296,3 +298,9 @@ def out_of_resources(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def spawn_failure(exc: BaseException) -> CrashReason:
+    """The crash reason of a spawn that raised ``exc``: SPAWN_RESOURCES when the box ran
+    out of something (``out_of_resources``), else SPAWN_FAILED."""
+    return CrashReason.SPAWN_RESOURCES if out_of_resources(exc) else CrashReason.SPAWN_FAILED

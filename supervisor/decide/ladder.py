@@ -123,10 +123,9 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
     """The ladder after ``decision`` is carried out at ``now_s``.
 
     Every decision updates the trouble mark (a warning or worse seen) and the deferral of
-    a when-calm step down. RESTART records the crash and the backoff; STEP_DOWN,
-    KILL_NOW and STEP_UP move the rung (the last starts a probation); SHED flips the
-    gateway lever; GIVE_UP marks the ladder exhausted.
-    """
+    a when-calm step down. RESTART records the crash (not a box fault) and the backoff;
+    STEP_DOWN, KILL_NOW, STEP_UP move the rung (STEP_UP on probation); SHED flips the
+    gateway lever; GIVE_UP marks the ladder exhausted."""
     rep = dataclasses.replace
     trouble = any(f.severity.rank >= Severity.WARNING.rank for f in decision.findings)
     waiting = any(f.response == "skip_speculation_when_calm" for f in decision.findings)
@@ -144,11 +143,9 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
             kind = decision.findings[0].kind if decision.findings else "reboot_required"
             return rep(ladder, reboot_required=kind,
                        handled_run_id=decision.run_id or ladder.handled_run_id)
-        case Action.RESTART if decision.box_fault:      # not the mode's crash: not counted
-            return rep(ladder, handled_run_id=decision.run_id,
-                       start_not_before_s=now_s + decision.delay_seconds)
         case Action.RESTART:
-            return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
+            return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s),
+                                              *(() if decision.box_fault else (now_s,))),
                        handled_run_id=decision.run_id,
                        start_not_before_s=now_s + decision.delay_seconds)
         case Action.KILL_NOW if decision.rung == ladder.rung:
