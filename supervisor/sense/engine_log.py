@@ -102,11 +102,27 @@ SIGNATURES: tuple[Signature, ...] = (
         "unexpectedly.') (multi-API-server launcher)",
     ),
     _sig(
+        "structured_output_fsm",
+        r"Failed to advance FSM for request",
+        "xgrammar backend logger.error('Failed to advance FSM for request %s for tokens %s. "
+        "Please file an issue.') (vllm/v1/structured_output/backend_xgrammar.py); with "
+        "speculative decoding in vllm-project/vllm#51660, #44006, #53181, #53777",
+        speculative=True,
+    ),
+    _sig(
         "worker_died",
         r"Worker proc \S+ died unexpectedly",
         _VLLM + "vllm/v1/executor/multiproc_executor.py logger.error('Worker proc %s died "
         "unexpectedly (exit code: %s), shutting down executor.'); older releases print it "
         "without the exit code (OpenPipe/ART#201, intel/llm-scaler#154)",
+    ),
+    _sig(
+        "structured_output_fsm",
+        r"Failed to advance FSM for request",
+        "xgrammar backend logger.error('Failed to advance FSM for request %s for tokens %s. "
+        "Please file an issue.') (vllm/v1/structured_output/backend_xgrammar.py); with "
+        "speculative decoding in vllm-project/vllm#51660, #44006, #53181, #53777",
+        speculative=True,
     ),
     _sig(
         "worker_died",

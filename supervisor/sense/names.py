@@ -60,6 +60,10 @@ METRICS: dict[str, tuple[tuple[str, ...], Aggregate]] = {
         "sum",
     ),
     "request_tpot_count_total": (("vllm:request_time_per_output_token_seconds_count",), "sum"),
+    # Only with VLLM_COMPUTE_NANS_IN_LOGITS=1 (v1/metrics/loggers.py): unknown otherwise.
+    "corrupted_requests_total": (("vllm:corrupted_requests_total",), "sum"),
+    "prefix_cache_queries_total": (("vllm:prefix_cache_queries_total",), "sum"),
+    "prefix_cache_hits_total": (("vllm:prefix_cache_hits_total",), "sum"),
 }
 
 #: Accepted draft tokens per draft position, one series per ``position`` label (0 first).

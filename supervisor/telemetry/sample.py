@@ -75,6 +75,13 @@ class Sample:
     spec_decode_accepted_per_position_total: tuple[float, ...] | None = None
     """Accepted draft tokens by position in the draft (0 first), from
     ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``."""
+    corrupted_requests_total: float | None = None
+    """Requests with NaN logits (``vllm:corrupted_requests_total``; vLLM exposes it only with
+    ``VLLM_COMPUTE_NANS_IN_LOGITS=1``, v1/metrics/loggers.py 0.32.0)."""
+    prefix_cache_queries_total: float | None = None
+    """Prompt tokens looked up in the prefix cache (``vllm:prefix_cache_queries_total``)."""
+    prefix_cache_hits_total: float | None = None
+    """Of those, tokens found there (``vllm:prefix_cache_hits_total``)."""
     metrics_error: str | None = None
     """Why ``/metrics`` could not be read this tick, if it could not."""
 
@@ -100,6 +107,9 @@ class Sample:
     psi_memory_full_total_seconds: float | None = None
     host_cpu_usage_ratio: float | None = None
     host_load1: float | None = None
+    host_temperature_c: float | None = None
+    """Hottest SoC/CPU sensor (hwmon through ``psutil.sensors_temperatures()``); on GB10 the
+    SoC runs hot before the GPU reports anything."""
 
     # The engine's processes, by role.
     engine_pss_bytes: int | None = None
@@ -112,6 +122,8 @@ class Sample:
     gpu_temperature_c: float | None = None
     gpu_power_w: float | None = None
     gpu_sm_clock_mhz: float | None = None
+    gpu_sm_clock_max_mhz: float | None = None
+    """The SM clock the GPU can reach (NVML max clock), for a clock stuck low."""
     gpu_utilization_ratio: float | None = None
     gpu_memory_used_bytes: int | None = None
     """None on GB10: NVML reports device memory as Not Supported on unified memory."""
@@ -171,6 +183,10 @@ class Sample:
     gateway_requests_queued: int | None = None
     gateway_prompt_tokens_in_flight: int | None = None
     gateway_prompt_tokens_queued: int | None = None
+    gateway_parser_errors_total: int | None = None
+    """Responses the gateway saw end badly while the engine was fine: tool-call or
+    reasoning parser errors, ``content: null`` with ``finish_reason: stop``, a 5xx on one
+    request (vllm #46464). Counted per agent key at the gateway; summed here."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping of every field (``None`` kept, state as its string)."""

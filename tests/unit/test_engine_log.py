@@ -29,6 +29,7 @@ REQUIRED_TAGS = {
     "bad_argument",
     "model_not_found",
     "nccl_init_failed",
+    "structured_output_fsm",
 }
 
 
@@ -45,6 +46,7 @@ SIGNATURE_TAGS = (
     + ["rpc_timeout"] * 2
     + ["out_of_memory"] * 2
     + ["insufficient_memory_at_startup"] * 4
+    + ["structured_output_fsm"] * 2
 )
 RECONSTRUCTED_TAGS = (
     ["worker_died", "engine_dead", "out_of_memory", "out_of_memory"]
@@ -97,7 +99,8 @@ def test_the_table() -> None:
     assert {s.tag for s in SIGNATURES} == REQUIRED_TAGS
     assert all(isinstance(s, Signature) and s.source for s in SIGNATURES)
     speculative = {s.tag for s in SIGNATURES if s.speculative}
-    assert speculative == {"cuda_illegal_memory_access", "device_side_assert"}
+    assert speculative == {"cuda_illegal_memory_access", "device_side_assert",
+                           "structured_output_fsm"}
 
 
 def test_every_signature_matches_a_fixture_line() -> None:

@@ -32,6 +32,11 @@ def test_real_scrape_exact_values() -> None:
         "spec_decode_accepted_per_position_total": (0.0, 0.0),
         "request_tpot_sum_seconds_total": 0.005702275761904282,
         "request_tpot_count_total": 1.0,
+        # The build does not compute NaNs in logits (VLLM_COMPUTE_NANS_IN_LOGITS unset):
+        # the series is absent, so unknown, never 0.
+        "corrupted_requests_total": None,
+        "prefix_cache_queries_total": 17.0,
+        "prefix_cache_hits_total": 0.0,
     }
 
 
