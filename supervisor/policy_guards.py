@@ -65,6 +65,26 @@ class EngineHungGuard(_Model):
     take tens to hundreds of ms), short enough that agents' requests time out later."""
     ready_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
     """No verdict this long after /health first answered (warm-up, first compile)."""
+    suspect_seconds: Seconds = 30.0
+    """Flat this long with a canary on its way: a hang is suspected; shed the gateway's
+    limits until the canary answers (half the stall window: a brief stall sheds nothing)."""
+    stall_seconds_per_million_prompt_tokens: Annotated[float, Field(ge=0)] = 600.0
+    """The stall window grows with the prompt tokens the gateway has in flight: one
+    chunked-prefill step at ~560K tokens of context can run for minutes on 2x GB10
+    (eugr/spark-vllm-docker#409: the one that never finished ran > 11 min). 600 s per
+    million tokens gives a 560K prompt a window of 60 + 336 s; the report's 11 minutes
+    are still a hang."""
+    huge_prompt_tokens: Annotated[int, Field(ge=1)] = 100_000
+    """A hang with at least this many prompt tokens in flight steps to the first rung whose
+    context cap (``--max-model-len`` or the gateway's ``max_prompt_tokens``) is below it,
+    not the same configuration again."""
+    power_hint_utilization_ratio: Ratio = 0.9
+    power_hint_max_w: Annotated[float, Field(gt=0)] = 30.0
+    """GPU utilisation >= 90% while power stays <= 30 W with requests in flight: a wedged
+    kernel spinning (eugr/spark-vllm-docker#260: healthy GB10 ~45 W, up to ~90 W; wedged
+    16-27 W at ~95% util; "below ~30 W"). A hint, never a verdict alone: it shortens the
+    stall window to ``power_hint_stall_seconds`` (the canary still decides)."""
+    power_hint_stall_seconds: Seconds = 20.0
 
 
 class MemoryFloorGuard(_Model):

@@ -12,9 +12,12 @@ Order of precedence (DESIGN.md, "Guards"):
    up;
 1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down; while the
    engine is stopped, hold its start;
-2. critical (dead, hung): restart with backoff; the start limit steps down; a crash with
-   a speculative-decoding signature goes to the first rung without speculation; a crash
-   during probation steps back down and bars the rung;
+2. critical (dead, hung, corrupted output): restart with backoff; the start limit steps
+   down, and in a speculative mode (every crash it counts ran with speculation on: crash
+   times are kept per rung) to the first rung without speculation; a crash or hang with a
+   speculative-decoding signature goes there at once; a hang on a huge prompt goes to the
+   first rung with a context cap below it; a crash during probation steps back down and
+   bars the rung;
 3. the engine is stopped: start it when the backoff allows, memory is back and no
    process of the old group is left; a reloaded policy that
    changed the running mode's arguments: drain and restart;
@@ -24,6 +27,7 @@ Order of precedence (DESIGN.md, "Guards"):
    once. Memory forecast and PSI pressure step down without shedding: fewer requests
    do not hand back memory the engine has already allocated (vLLM sizes its KV cache
    at start-up), only a restart in a smaller mode does;
+   A shed for a suspected hang is undone as soon as the canary answers;
 5. the operator's pin: move to the pinned rung;
 6. calm: restore shed limits, then step up one rung (calm period, allowed hours, not a
    barred rung), on probation;
@@ -48,7 +52,7 @@ from supervisor.states import CrashReason, EngineState
 from supervisor.telemetry.baselines import Baselines
 from supervisor.telemetry.window import Window
 
-__all__ = ["decide", "findings_of"]
+__all__ = ["context_cap", "decide", "findings_of", "first_capped_rung_below"]
 
 HOUR = 3600.0
 
@@ -82,8 +86,8 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
                         "resumes")
     sit = Situation(window, ladder, policy, now_s, baselines or {})
     findings = findings_of(sit)
-    for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload, _warnings, _pinned,
-                 _calm):
+    for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload, _cleared, _warnings,
+                 _pinned, _calm):
         decision = step(sit, findings)
         if decision is not None:
             return decision
@@ -160,8 +164,8 @@ def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:
 
 
 def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
-    crash = next((f for f in findings
-                  if f.response in (Response.RESTART, Response.SKIP_SPECULATION)), None)
+    crash = next((f for f in findings if f.response in (
+        Response.RESTART, Response.SKIP_SPECULATION, Response.CAP_CONTEXT)), None)
     if crash is None:
         return None
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
@@ -187,12 +191,25 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
         if plain is not None:
             return Decision(Action.STEP_DOWN, plain, f"{crash.summary} -> skip speculation: "
                             f"step down to {_name(sit, plain)}", found, run_id=crash.run_id)
+    if crash.response is Response.CAP_CONTEXT:
+        tokens = int(crash.evidence.get("prompt_tokens_in_flight") or 0)
+        capped = first_capped_rung_below(policy, ladder.rung, tokens)
+        if capped is not None:
+            return Decision(Action.STEP_DOWN, capped, f"{crash.summary} -> step down to "
+                            f"{_name(sit, capped)} (context cap "
+                            f"{context_cap(policy.modes[capped])} tokens)", found,
+                            run_id=crash.run_id)
     if ladder.probation_until_s is not None and now < ladder.probation_until_s:
         target = min(ladder.rung + 1, len(policy.modes) - 1)
         return Decision(Action.STEP_DOWN, target, f"{crash.summary} during the probation of "
                         f"{mode} -> back down to {_name(sit, target)}; {mode} barred for a while",
                         found, run_id=crash.run_id, marks_failing=ladder.rung)
     if crashes >= rst.start_limit_burst:
+        plain = policy.first_plain_rung_below(ladder.rung) if sit.mode.speculative else None
+        if plain is not None:
+            return Decision(Action.STEP_DOWN, plain, f"{head}, every one with speculation on "
+                            f"-> skip speculation: step down to {_name(sit, plain)}", found,
+                            run_id=crash.run_id)
         if ladder.rung + 1 < len(policy.modes):
             nxt = _name(sit, ladder.rung + 1)
             return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{head} -> step down to {nxt}",
@@ -233,6 +250,40 @@ def _reload(sit: Situation, findings: list[Finding]) -> Decision | None:
     return Decision(Action.RELOAD, sit.ladder.rung, f"policy reloaded: the engine runs "
                     f"arguments mode {mode} no longer has -> drain and restart it",
                     tuple(findings))
+
+
+def context_cap(mode) -> int | None:
+    """The longest prompt a mode takes: ``--max-model-len`` or the gateway's
+    ``max_prompt_tokens``, whichever is lower (None: no cap)."""
+    caps = [c for c in (mode.args.get("--max-model-len"), mode.gateway.max_prompt_tokens)
+            if isinstance(c, int) and not isinstance(c, bool)]
+    return min(caps) if caps else None
+
+
+def first_capped_rung_below(policy: Policy, rung: int, tokens: int) -> int | None:
+    """The first rung after ``rung`` whose context cap is below ``tokens``, or None."""
+    for i in range(rung + 1, len(policy.modes)):
+        cap = context_cap(policy.modes[i])
+        if cap is not None and cap < tokens:
+            return i
+    return None
+
+
+def _cleared(sit: Situation, findings: list[Finding]) -> Decision | None:
+    """Load shed for a suspected hang comes back once the canary answered."""
+    ladder, s = sit.ladder, sit.latest
+    if not ladder.shed or ladder.shed_kind != "engine_hang_suspected" or s is None \
+            or ladder.shed_since_s is None:
+        return None
+    if s.canary_ok is not True or s.canary_finished_s is None \
+            or s.canary_finished_s < ladder.shed_since_s:
+        return None
+    if any(f.severity.rank >= Severity.WARNING.rank and f.response is not Response.RECORD
+           for f in findings):
+        return None
+    return Decision(Action.SHED, ladder.rung, f"the canary answered in "
+                    f"{s.canary_latency_seconds or 0:.1f} s: no hang -> restore the gateway "
+                    "limits", tuple(findings), shed=False)
 
 
 def _blocked(sit: Situation) -> str | None:

@@ -63,6 +63,12 @@ class Response(StrEnum):
     REBOOT_REQUIRED = "reboot_required"
     """The box is past saving (GPU lost, memory pinned, processes stuck in the driver):
     kill what is left, hold the ladder, alert; no restart loop."""
+    CAP_CONTEXT = "cap_context"
+    """A hang on a huge prompt: restart into the first rung whose context cap is below the
+    prompt tokens in flight (not the same configuration again)."""
+    RESTART_WHEN_CALM = "restart_when_calm"
+    """A planned restart of the same rung at a calm moment (a restart hands leaked memory
+    back)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,9 @@ class LadderState:
     last_trouble_s: float | None = None
     shed: bool = False
     shed_since_s: float | None = None
+    shed_kind: str | None = None
+    """The finding kind that asked for the shed (a suspected hang's shed ends with the
+    canary's answer)."""
     deferred_since_s: float | None = None
     pinned: int | None = None
     paused: bool = False
@@ -167,12 +170,16 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                 last_change_s=now_s if moved else ladder.last_change_s,
                 transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
                 probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
+                shed_kind=None,
                 deferred_since_s=None,
                 start_args=() if moved else ladder.start_args,
                 fallbacks_tried=() if moved else ladder.fallbacks_tried)
         case Action.SHED:
+            kind = next((f.kind for f in decision.findings if f.response in (
+                "shed", "shed_first", "shed_first_fewer_sequences")), None)
             return rep(ladder, shed=bool(decision.shed),
-                       shed_since_s=now_s if decision.shed else None)
+                       shed_since_s=now_s if decision.shed else None,
+                       shed_kind=kind if decision.shed else None)
         case Action.RELOAD | Action.START:
             return rep(ladder, reload_pending=False)
         case Action.GIVE_UP:
