@@ -26,6 +26,8 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
       by_s: 130             # deadline, trace seconds
       not_before_s: 60      # optional: no action before this
       rung: 2               # optional: the target rung of that action
+      allow_before: [shed]  # optional: actions that may come first (the judged action is
+                            # the first one not listed; e.g. a shed on a suspected hang)
       start_args: {--enforce-eager: true}   # optional: flags the action's start carries
       explains: "--bogus-flag"               # optional: a text its explanation must hold
 
@@ -212,6 +214,9 @@ def play_case(case: FieldCase) -> list[tuple[float, Decision]]:
     return out
 
 
-def first_action(steps: list[tuple[float, Decision]]) -> tuple[float, Decision] | None:
-    """The first decision that is not HOLD, or None."""
-    return next(((t, d) for t, d in steps if d.action is not Action.HOLD), None)
+def first_action(steps: list[tuple[float, Decision]],
+                 skip: tuple[str, ...] | list[str] = ()) -> tuple[float, Decision] | None:
+    """The first decision that is not HOLD (nor one of the actions in ``skip``), or None."""
+    skipped = {Action(a) for a in skip}
+    return next(((t, d) for t, d in steps
+                 if d.action is not Action.HOLD and d.action not in skipped), None)

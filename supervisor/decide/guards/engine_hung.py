@@ -100,7 +100,7 @@ def check(sit: Situation) -> list[Finding]:
     span = [x for x in known if x.t_s >= since]
     prompt = max((x.gateway_prompt_tokens_in_flight or 0 for x in span), default=0)
     allowance = prompt / 1e6 * cfg.stall_seconds_per_million_prompt_tokens
-    hint = _power_hint(sit, span)
+    hint = _power_hint(sit, [x for x in span if x.t_s > since])
     window = cfg.power_hint_stall_seconds if hint else cfg.stall_seconds + allowance
     if up < cfg.ready_grace_seconds + window:
         return []
