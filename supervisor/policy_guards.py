@@ -150,15 +150,27 @@ class ThermalGuard(_Model):
 class SpeculativeGuard(_Model):
     """Speculative decoding: crash signatures, acceptance anomalies, no gain."""
 
-    crash_tags: list[str] = ["cuda_illegal_memory_access", "device_side_assert"]
-    """Engine-log signatures that, in a crash with speculation on, point at speculation."""
+    crash_tags: list[str] = ["cuda_illegal_memory_access", "device_side_assert",
+                             "structured_output_fsm"]
+    """Engine-log signatures that, in a crash with speculation on, point at speculation
+    (``structured_output_fsm``: xgrammar's "Failed to advance FSM" under speculation, then
+    failed requests and engine death: vllm #51660, #44006)."""
+    fsm_warning_lines: Annotated[int, Field(ge=1)] = 1
+    """FSM lines alone while the engine serves: a warning on record (requests recover with
+    HTTP 200 in vllm #53777 and #53181); a crash or hang with them skips speculation."""
     crash_xids: list[int] = [13, 31, 43]
     """Kernel Xid codes read the same way (31: MMU fault, the usual illegal address)."""
     acceptance_jump_ratio: Ratio = 0.98
-    """Position-0 acceptance this high, against a clearly lower recent median, is a known
-    precursor of speculative-decoding crashes: recorded."""
-    acceptance_history_seconds: Seconds = 600.0
-    acceptance_recent_seconds: Seconds = 30.0
+    """Every draft position accepted at this rate or more over the last
+    ``acceptance_recent_drafts`` drafts (mean acceptance length ~ k + 1), against a run
+    history clearly below it, with several requests running: the precursor of the MTP
+    illegal-memory-access crash (vllm #40756: "Mean acceptance length: 6.00 ... Avg Draft
+    acceptance rate: 100.0%" with k=5, then the crash). A warning on record, alerted."""
+    acceptance_recent_drafts: Annotated[int, Field(ge=1)] = 50
+    """The jump is judged over the last 50 drafts, however long they took."""
+    anomaly_min_running: Annotated[float, Field(ge=1)] = 2.0
+    """One stream repeating text legitimately reaches 100% at every position (a degenerate
+    or echoed output); the whole batch at 100% does not (#40756: Running: 5 reqs)."""
     min_drafts: Annotated[int, Field(ge=1)] = 50
     """Ratios over fewer drafts say little."""
     slower_ratio: Ratio = 0.9

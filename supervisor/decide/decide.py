@@ -335,7 +335,9 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
     if w.response is Response.SHED_FIRST_FEWER_SEQUENCES:
         target = policy.first_rung_with_fewer_sequences_below(ladder.rung) or target
     if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
-        target = policy.first_plain_rung_below(ladder.rung) or target
+        # A rung without speculation, or with vLLM's dynamic k that stops speculating on
+        # large batches (keeps it for small ones).
+        target = policy.first_rung_sparing_large_batches_below(ladder.rung) or target
         cfg = policy.guards.speculative
         s = sit.latest
         # Unknown load is never calm (a missing series is not an idle engine).

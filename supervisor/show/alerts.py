@@ -23,6 +23,8 @@ __all__ = ["Alerter", "alert_payload"]
 logger = logging.getLogger(__name__)
 
 ALERT_SEVERITIES = ("emergency", "critical")
+#: Warnings that ask for no action yet must reach a person: a known crash precursor.
+ALERT_KINDS = ("spec_acceptance_anomaly",)
 
 
 def alert_payload(fleet: str, incident: Incident, transition: Transition | None,
@@ -86,7 +88,8 @@ class Alerter:
         never is: the ladder's own limits (cooldown, transitions per hour) bound those,
         and the one that follows a run of crashes is the alert that matters most."""
         step_down = transition is not None and transition.to_rung > (transition.from_rung or 0)
-        if not self.url or not (incident.severity in ALERT_SEVERITIES or step_down):
+        if not self.url or not (incident.severity in ALERT_SEVERITIES or step_down
+                                or incident.kind in ALERT_KINDS):
             return False
         now = time.monotonic()
         last = self._last.get(incident.kind)

@@ -238,25 +238,30 @@ def test_same_crash_without_speculation_just_restarts() -> None:
 
 
 def spec_counters(p0_rate, t_jump=None):
-    """k=8 drafts at 10/s; position-0 accepted at p0_rate (1.0 after t_jump)."""
-    def p0(t):
-        if t_jump is None or t <= t_jump:
-            return 10 * t * p0_rate
-        return 10 * t_jump * p0_rate + 10 * (t - t_jump)
+    """k=8 drafts at 10/s; position 0 accepted at p0_rate, the others at 0.6 (every
+    position 1.0 after t_jump: the whole draft accepted, vllm #40756)."""
+    def pos(rate):
+        def value(t):
+            if t_jump is None or t <= t_jump:
+                return 10 * t * rate
+            return 10 * t_jump * rate + 10 * (t - t_jump)
+        return value
+    p0, rest = pos(p0_rate), pos(0.6)
     return {"spec_decode_num_drafts_total": lambda t: 10.0 * t,
             "spec_decode_num_draft_tokens_total": lambda t: 80.0 * t,
             "spec_decode_num_accepted_tokens_total": lambda t: 80.0 * t * 0.44,
-            "spec_decode_accepted_per_position_total": lambda t: (p0(t),) + (
-                10 * t * 0.6,) * 7}
+            "spec_decode_accepted_per_position_total": lambda t: (p0(t),) + (rest(t),) * 7,
+            "requests_running": 4.0}
 
 
-def test_acceptance_jump_to_100_percent_is_a_warning_on_record() -> None:
-    trace = samples(0, 600, **spec_counters(0.76, t_jump=560))
+def test_acceptance_anomaly_to_100_percent_is_a_warning_on_record() -> None:
+    trace = samples(0, 600, **spec_counters(0.76, t_jump=580))
     d = decide_on(trace)
     assert d.action is Action.HOLD          # a precursor: recorded, not acted on
     (f,) = d.findings
-    assert (f.kind, f.severity) == ("spec_acceptance_jump", Severity.WARNING)
-    assert f.evidence["position0_median"] == pytest.approx(0.76)
+    assert (f.kind, f.severity) == ("spec_acceptance_anomaly", Severity.WARNING)
+    assert f.evidence["mean_acceptance_length"] == pytest.approx(9.0)
+    assert f.evidence["drafts"] >= 50
 
 
 def test_overall_044_at_k8_with_position0_076_is_not_an_anomaly() -> None:

@@ -34,7 +34,7 @@ def test_issue_13_hang_on_a_huge_prompt_is_not_restarted_into_the_same_context()
     case = load_case(FIELD / "engine_hung" / "huge_prompt_hang.yaml")
     steps = play_case(case)
     moves = [(t, d) for t, d in steps if d.action not in (Action.HOLD, Action.SHED)]
-    t, d = moves[0]
+    _t, d = moves[0]
     assert (d.action, case.policy.modes[d.rung].name) == (Action.STEP_DOWN, "glm-128k")
     assert d.findings[0].evidence["prompt_tokens_in_flight"] == 580000
     assert d.findings[0].evidence["stall_seconds"] == 60 + 0.58 * 600

@@ -4,6 +4,7 @@ list[Finding]``: pure, thresholds from the policy, evidence in every finding."""
 from __future__ import annotations
 
 from supervisor.decide.guards import (
+    corrupted_output,
     engine_dead,
     engine_hung,
     gpu_lost,
@@ -19,7 +20,8 @@ from supervisor.decide.guards import (
 )
 
 #: Every guard, in the order their findings are reported.
-ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, engine_hung, speculative,
-       memory_forecast, memory_pressure, preemption_storm, thermal, load_budget)
+ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, engine_hung,
+       corrupted_output, speculative, memory_forecast, memory_pressure, preemption_storm,
+       thermal, load_budget)
 
 __all__ = ["ALL"]

@@ -4,13 +4,19 @@
   access, device-side assert in the engine's log, or Xid 31 (MMU fault) from the kernel,
   in a run with speculation on. Speculative decoding can crash after hours that way
   (DESIGN.md); the response is the first rung without speculation, not lower memory.
-- Acceptance jump: position-0 acceptance over the last ``acceptance_recent_seconds`` at
-  ~100% against a clearly lower median of the run's history: a known precursor,
-  recorded as a warning (no action of its own). Acceptance is compared per position
-  and only within one run (one k), never across different k: a k=8 run's overall 0.44
-  is not "low" next to a k=2 run.
+- Acceptance anomaly: every draft position accepted (~100%, mean acceptance length k + 1)
+  over the last ``acceptance_recent_drafts`` drafts (N drafts, not a time slice that
+  dilutes the jump) against a clearly lower history of the same run, with several
+  requests running (one stream repeating text reaches 100% legitimately): the precursor
+  of the MTP illegal-memory-access crash (vllm #40756). A warning on record, alerted.
+  Acceptance is compared per position and only within one run (one k), never across
+  different k.
+- Structured output: xgrammar's "Failed to advance FSM" lines while requests are still
+  served (vllm #53777, #53181: HTTP 200): a warning on record; in a crash or a hang the
+  same tag is a crash signature (``crash_tags``) and skips speculation (vllm #51660).
 - No gain: per-request decode speed (1 / mean time per output token of the requests that
-  finished in the period, ``vllm:request_time_per_output_token_seconds``) below
+  finished in the period, ``vllm:request_time_per_output_token_seconds``; without that
+  histogram, generation tokens/s per running request, vllm #19254) below
   ``slower_ratio`` x the calibrated baseline of the first rung without speculation at the
   nearest concurrency (mean of the running-requests gauge):
   step to that rung at the next calm moment (speculation can be slower than plain
@@ -25,6 +31,7 @@ import statistics
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
 from supervisor.states import EngineState
+from supervisor.telemetry.rates import since_last
 from supervisor.telemetry.window import Window
 
 __all__ = ["GUARD", "check", "crash_signatures"]
@@ -54,42 +61,74 @@ def check(sit: Situation) -> list[Finding]:
     s = sit.latest
     if s is None or s.engine_state is not EngineState.READY or not sit.mode.speculative:
         return []
-    return [*_acceptance_jump(sit), *_slower_than_plain(sit)]
+    return [*_acceptance_anomaly(sit), *_structured_output(sit), *_slower_than_plain(sit)]
 
 
-def _position0(window: Window, start_s: float, end_s: float, min_drafts: int) -> float | None:
-    part = window.between(start_s, end_s)
+def _acceptance(run: Window, start_s: float, end_s: float) -> tuple[float, list[float]] | None:
+    """(drafts, acceptance per position) over ``[start_s, end_s]`` of one run, or None."""
+    part = run.between(start_s, end_s)
     drafts = part.increase(DRAFTS, start_s)
     accepted = part.increase_by_position(PER_POSITION, start_s)
-    if drafts is None or accepted is None or drafts[0] < min_drafts:
+    if drafts is None or accepted is None or drafts[0] <= 0:
         return None
-    return accepted[0] / drafts[0]
+    return drafts[0], [a / drafts[0] for a in accepted]
 
 
-def _acceptance_jump(sit: Situation) -> list[Finding]:
+def _acceptance_anomaly(sit: Situation) -> list[Finding]:
+    """Every position accepted (~100%, mean length k + 1) over the last N drafts, against
+    a lower history, with several requests running (vllm #40756)."""
     cfg = sit.policy.guards.speculative
     run = Window.of(sit.run_samples())
-    now, step = sit.now_s, cfg.acceptance_recent_seconds
-    recent = _position0(run, now - step, now, cfg.min_drafts)
-    if recent is None or recent < cfg.acceptance_jump_ratio:
+    now = sit.now_s
+    start = since_last(run, DRAFTS, cfg.acceptance_recent_drafts)
+    if start is None:
         return []
-    history = []
-    for k in range(1, int(cfg.acceptance_history_seconds / step) + 1):
-        value = _position0(run, now - (k + 1) * step, now - k * step, cfg.min_drafts)
-        if value is not None:
-            history.append(value)
-    if len(history) < 3:
+    recent = _acceptance(run, start, now)
+    if recent is None or not recent[1] or min(recent[1]) < cfg.acceptance_jump_ratio:
         return []
-    median = statistics.median(history)
-    if median >= cfg.acceptance_jump_ratio - 0.1:
+    drafts, by_pos = recent
+    first = next(iter(run), None)
+    history = _acceptance(run, first.t_s, start) if first is not None else None
+    if history is None or history[0] < cfg.min_drafts:
+        return []
+    past = statistics.fmean(history[1])
+    if past >= cfg.acceptance_jump_ratio - 0.1:
+        return []
+    running = [x.requests_running for x in run if x.t_s >= start
+               and x.requests_running is not None]
+    mean_running = statistics.fmean(running) if running else None
+    if mean_running is None or mean_running < cfg.anomaly_min_running:
+        return []
+    k = len(by_pos)
+    length = 1 + sum(by_pos)
+    s = sit.latest
+    return [Finding(GUARD, "spec_acceptance_anomaly", Severity.WARNING,
+                    f"every draft accepted: mean acceptance length {length:.2f} with k={k} over "
+                    f"the last {drafts:.0f} drafts (run so far {past:.0%}) at "
+                    f"{mean_running:.1f} requests running: a known precursor of "
+                    "speculative-decoding crashes (vllm #40756)",
+                    {"mean_acceptance_length": round(length, 3), "k": k,
+                     "acceptance_by_position": [round(a, 4) for a in by_pos],
+                     "drafts": drafts, "history_acceptance_ratio": round(past, 4),
+                     "history_drafts": history[0],
+                     "requests_running_mean": round(mean_running, 2),
+                     "jump_ratio": cfg.acceptance_jump_ratio, "mode": sit.mode.name},
+                    s.engine_run_id if s else None, Response.RECORD)]
+
+
+def _structured_output(sit: Situation) -> list[Finding]:
+    """xgrammar's "Failed to advance FSM" lines while the engine still serves: a warning
+    on record (a crash or hang with them skips speculation: ``engine_dead``,
+    ``engine_hung``)."""
+    lines = sum(t == "structured_output_fsm" for x in sit.run_samples()
+                for t in x.engine_log_tags)
+    if lines < sit.policy.guards.speculative.fsm_warning_lines:
         return []
     s = sit.latest
-    return [Finding(GUARD, "spec_acceptance_jump", Severity.WARNING,
-                    f"position-0 acceptance jumped to {recent:.0%} against a median of "
-                    f"{median:.0%}: a known precursor of speculative-decoding crashes",
-                    {"position0_acceptance": round(recent, 4),
-                     "position0_median": round(median, 4), "history_slices": len(history),
-                     "slice_seconds": step, "mode": sit.mode.name},
+    return [Finding(GUARD, "spec_structured_output", Severity.WARNING,
+                    f"{lines} 'Failed to advance FSM' lines with speculation on: structured "
+                    "output and speculative decoding disagree (vllm #51660); requests still "
+                    "served", {"fsm_lines": lines, "mode": sit.mode.name},
                     s.engine_run_id if s else None, Response.RECORD)]
 
 
@@ -112,11 +151,20 @@ def _slower_than_plain(sit: Situation) -> list[Finding]:
     part = Window.of(samples)
     tpot_sum = part.increase("request_tpot_sum_seconds_total", now - span)
     finished = part.increase("request_tpot_count_total", now - span)
-    if tpot_sum is None or finished is None or finished[0] < MIN_FINISHED or tpot_sum[0] <= 0:
-        return []                           # not enough requests finished to judge
-    per_request = finished[0] / tpot_sum[0]
     running = [x.requests_running for x in samples if x.requests_running is not None]
     mean_running = statistics.fmean(running) if running else 1.0
+    if tpot_sum is not None and finished is not None:
+        if finished[0] < MIN_FINISHED or tpot_sum[0] <= 0:
+            return []                       # not enough requests finished to judge
+        per_request, source = finished[0] / tpot_sum[0], "time per output token"
+    else:
+        # No TPOT histogram on this build: generation tokens/s per running request
+        # (vllm #19254 judged it from the logged generation throughput and Running).
+        gen = part.rate("generation_tokens_total", span, now)
+        if gen is None or not running or min(running) < 1:
+            return []                       # idle spells: the per-request rate means nothing
+        per_request, source = gen / mean_running, "generation tokens/s per running request"
+        finished = (None, None)
     conc, base = min(baseline, key=lambda b: abs(b[0] - mean_running))
     if per_request >= cfg.slower_ratio * base:
         return []
@@ -131,5 +179,6 @@ def _slower_than_plain(sit: Situation) -> list[Finding]:
                      "baseline_mode": plain_mode, "baseline_concurrency": conc,
                      "baseline_tokens_per_second_per_request": base,
                      "ratio": round(per_request / base, 3), "slower_ratio": cfg.slower_ratio,
+                     "measured_from": source,
                      "sustain_seconds": span}, s.engine_run_id,
                     Response.SKIP_SPECULATION_WHEN_CALM)]
