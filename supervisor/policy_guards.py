@@ -125,11 +125,22 @@ class MemoryPressureGuard(_Model):
 
 
 class PreemptionGuard(_Model):
-    """Sustained preemptions while requests wait and generation throughput falls: fewer
-    sequences. High KV usage alone is normal (vLLM fills the cache by design)."""
+    """Preemptions relative to the work done, sustained, while requests wait (the engine's
+    gauge or the gateway's queue) and generation collapses: fewer sequences. High KV usage
+    alone is normal (vLLM fills the cache by design)."""
 
-    preemptions_per_second: Annotated[float, Field(gt=0)] = 0.5
-    sustain_seconds: Seconds = 60.0
+    preemptions_per_1k_tokens: Annotated[float, Field(gt=0)] = 1.0
+    """Preemptions per 1,000 generated tokens over ``sustain_seconds``. Under KV pressure
+    vLLM V1 recomputes 10-23% of the work online and 32-79% in a thrash, each preemption
+    wasting 261-415 tokens (vllm #54644): at ~400 tokens each, 1 per 1,000 generated is a
+    recompute tax of ~30%, the thrash side of that range. Relative, so a slow box and a
+    fast one are judged alike."""
+    min_preemptions: Annotated[int, Field(ge=1)] = 10
+    """Never on the first preemptions: at least this many within ``sustain_seconds``."""
+    preemptions_per_second: Annotated[float, Field(gt=0)] | None = None
+    """Optional absolute floor as well (older policies); None: only the relative rate."""
+    sustain_seconds: Seconds = 45.0
+    """45 s of storm before the shed: acting within about a minute of onset."""
     throughput_drop_ratio: Ratio = 0.2
     """Generation tokens/s over the storm at least 20% below the period before it."""
 

@@ -52,7 +52,8 @@ def preemption_storm(base: Path) -> Result:
     fewer sequences."""
     res = Result("preemption storm (tiny KV cache)", notes="--kv-cache-memory-bytes 1e6")
     rig = Rig(base / "storm", guards={"preemption_storm": {
-        "preemptions_per_second": 0.3, "sustain_seconds": 20, "throughput_drop_ratio": 0.1}},
+        "preemptions_per_1k_tokens": 1.0, "min_preemptions": 5, "sustain_seconds": 20,
+        "throughput_drop_ratio": 0.1}},
         hysteresis={"shed_seconds": 20, "cooldown_seconds": 30})
     rig.data["engine"]["environment"] = {}
     rig.data["modes"][0]["args"]["--kv-cache-memory-bytes"] = 1_000_000
