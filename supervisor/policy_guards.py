@@ -39,6 +39,7 @@ __all__ = [
     "PreemptionGuard",
     "RecoverySpec",
     "Restart",
+    "SampleGapsGuard",
     "Sampling",
     "SpeculativeGuard",
     "Storage",
@@ -113,6 +114,34 @@ class MemoryForecastGuard(_Model):
     """Start-up allocation (weights, KV cache, CUDA graphs) is not a trend."""
     creep_record_seconds: Seconds = 86400.0
     """A slower creep that would reach the floor within a day is recorded (info)."""
+    creep_floor_bytes: Annotated[int, Field(ge=0)] | None = None
+    """The creep floor, above the emergency floor (None: twice ``memory_floor``'s). A slow
+    decline that reaches it within ``creep_horizon_seconds`` earns a warning and a planned
+    restart at a calm moment (a restart hands leaked memory back; the emergency floor
+    stays the emergency)."""
+    creep_horizon_seconds: Seconds = 21600.0
+    """6 h: leaks of 5-12 MiB per request reach 9.35 GiB in 5.5 h (ollama #18106); vLLM's
+    worker RSS grew ~0.55 GB/h (vllm #2345). Hours, not minutes: the restart waits for a
+    calm moment."""
+    creep_calm_max_wait_seconds: Seconds = 3600.0
+    """The planned restart waits for a calm moment (``speculative.calm_max_requests``
+    running, none waiting) at most this long: the creep floor is hours away."""
+    creep_min_seconds: Seconds = 600.0
+    """The creep is fitted over the run's samples in the window, at least 10 min of them."""
+
+
+class SampleGapsGuard(_Model):
+    """Gaps in the supervisor's own samples: the host froze, or the supervisor was not
+    scheduled (a busy CPU engine starved it for 1-13 s, shared/CPU_ENGINE.md)."""
+
+    record_seconds: Seconds = 10.0
+    """A gap this long is recorded (info): a fact about the box, never about the engine."""
+    long_gap_seconds: Seconds = 60.0
+    """A gap this long with memory near full steps down: the box may have frozen on memory
+    (a 627 s telemetry gap with 124,258 of 124,546 MiB used: AEON-7/vllm-ultimate-dgx-spark#9)."""
+    near_full_available_bytes: Annotated[int, Field(ge=0)] | None = None
+    """MemAvailable under this after a long gap counts as near full (None: twice the
+    emergency floor)."""
 
 
 class MemoryPressureGuard(_Model):
@@ -208,10 +237,20 @@ class Guards(_Model):
     memory_floor: MemoryFloorGuard = MemoryFloorGuard()
     memory_forecast: MemoryForecastGuard = MemoryForecastGuard()
     memory_pressure: MemoryPressureGuard = MemoryPressureGuard()
+    sample_gaps: SampleGapsGuard = SampleGapsGuard()
     preemption_storm: PreemptionGuard = PreemptionGuard()
     thermal: ThermalGuard = ThermalGuard()
     speculative: SpeculativeGuard = SpeculativeGuard()
     load_budget: LoadBudgetGuard = LoadBudgetGuard()
+
+    @model_validator(mode="after")
+    def _creep_above_floor(self) -> Guards:
+        creep = self.memory_forecast.creep_floor_bytes
+        if creep is not None and creep <= self.memory_floor.min_available_bytes:
+            raise ValueError(f"memory_forecast.creep_floor_bytes ({creep}) must be above "
+                             f"memory_floor.min_available_bytes "
+                             f"({self.memory_floor.min_available_bytes})")
+        return self
 
 
 class LifecycleSpec(_Model):

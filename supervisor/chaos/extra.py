@@ -57,6 +57,9 @@ def preemption_storm(base: Path) -> Result:
         hysteresis={"shed_seconds": 20, "cooldown_seconds": 30})
     rig.data["engine"]["environment"] = {}
     rig.data["modes"][0]["args"]["--kv-cache-memory-bytes"] = 1_000_000
+    # Prefix caching softens preemption (a re-admitted request hits its own blocks): off,
+    # so the tiny cache thrashes as the field reports describe.
+    rig.data["modes"][0]["args"]["--no-enable-prefix-caching"] = True
     rig.data["guards"]["engine_hung"]["stall_seconds"] = 120
     rig.policy_path.write_text(yaml.safe_dump(rig.data, sort_keys=False))
     try:
@@ -65,7 +68,7 @@ def preemption_storm(base: Path) -> Result:
         rig.start_fleet(sessions=2, max_tokens=128)
         time.sleep(45)                               # light load: the throughput to lose
         t0 = time.time()
-        rig.start_fleet(sessions=10, max_tokens=256, long_prompt_probability=0.5)
+        rig.start_fleet(sessions=24, max_tokens=384, long_prompt_probability=0.9)
         try:
             inc = rig.wait("preemption storm step down", lambda: next(
                 (i for i in rig.incidents() if i.kind == "preemption_storm"

@@ -307,7 +307,8 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         return None
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
     # A step down that waits for a calm moment must not hold back one that cannot wait.
-    urgent = [f for f in warnings if f.response is not Response.SKIP_SPECULATION_WHEN_CALM]
+    when_calm = (Response.SKIP_SPECULATION_WHEN_CALM, Response.RESTART_WHEN_CALM)
+    urgent = [f for f in warnings if f.response not in when_calm]
     w, found = (urgent or warnings)[0], tuple(findings)
     mode = _name(sit, ladder.rung)
     if ladder.paused or ladder.pinned is not None:
@@ -315,7 +316,7 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: automatic steps {why}", found)
     bottom = len(policy.modes) - 1
     if ladder.probation_until_s is not None and now < ladder.probation_until_s \
-            and ladder.rung < bottom:
+            and ladder.rung < bottom and w.response is not Response.RESTART_WHEN_CALM:
         return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{w.summary} during the probation "
                         f"of {mode} -> back down to {_name(sit, ladder.rung + 1)}", found,
                         marks_failing=ladder.rung)
@@ -334,21 +335,27 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
     target = ladder.rung + 1
     if w.response is Response.SHED_FIRST_FEWER_SEQUENCES:
         target = policy.first_rung_with_fewer_sequences_below(ladder.rung) or target
-    if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
-        # A rung without speculation, or with vLLM's dynamic k that stops speculating on
-        # large batches (keeps it for small ones).
-        target = policy.first_rung_sparing_large_batches_below(ladder.rung) or target
+    if w.response is Response.RESTART_WHEN_CALM:
+        target = ladder.rung                # the same mode, its leaked memory handed back
+    if w.response in when_calm:
+        if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
+            # A rung without speculation, or with vLLM's dynamic k that stops speculating
+            # on large batches (keeps it for small ones).
+            target = policy.first_rung_sparing_large_batches_below(ladder.rung) or target
         cfg = policy.guards.speculative
+        max_wait = (policy.guards.memory_forecast.creep_calm_max_wait_seconds
+                    if w.response is Response.RESTART_WHEN_CALM else cfg.calm_max_wait_seconds)
         s = sit.latest
         # Unknown load is never calm (a missing series is not an idle engine).
         calm = s is not None and s.requests_running is not None \
             and s.requests_waiting is not None \
             and s.requests_running <= cfg.calm_max_requests and not s.requests_waiting
         waited = now - (ladder.deferred_since_s or now)
-        if not calm and waited < cfg.calm_max_wait_seconds:
-            return Decision(Action.HOLD, ladder.rung, f"{w.summary}: step down to "
+        if not calm and waited < max_wait:
+            what = "restart of" if target == ladder.rung else "step down to"
+            return Decision(Action.HOLD, ladder.rung, f"{w.summary}: {what} "
                             f"{_name(sit, target)} deferred to a calm moment ({waited:.0f} s "
-                            f"of {cfg.calm_max_wait_seconds:g} s)", found)
+                            f"of {max_wait:g} s)", found)
     if target > bottom:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: already on the safest rung",
                         found)
@@ -356,6 +363,9 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
     if blocked is not None:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: would step down to "
                         f"{_name(sit, target)}, held by {blocked}", found)
+    if target == ladder.rung:
+        return Decision(Action.STEP_DOWN, target, f"{w.summary}: calm now -> drain and "
+                        f"restart {_name(sit, target)}", found)
     return Decision(Action.STEP_DOWN, target, f"{w.summary} -> step down to "
                     f"{_name(sit, target)}", found)
 

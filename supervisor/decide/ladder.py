@@ -131,7 +131,8 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
     gateway lever; GIVE_UP marks the ladder exhausted."""
     rep = dataclasses.replace
     trouble = any(f.severity.rank >= Severity.WARNING.rank for f in decision.findings)
-    waiting = any(f.response == "skip_speculation_when_calm" for f in decision.findings)
+    waiting = any(f.response in ("skip_speculation_when_calm", "restart_when_calm")
+                  for f in decision.findings)
     ladder = rep(ladder,
                  last_trouble_s=now_s if trouble else ladder.last_trouble_s,
                  deferred_since_s=(ladder.deferred_since_s or now_s) if waiting else None)

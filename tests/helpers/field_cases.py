@@ -14,6 +14,8 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
     baselines: {mode: [[concurrency, tokens/s per request]]}
     segments:               # consecutive spans of Samples (a READY engine unless fields say)
       - to_s: 120           # end of the span, trace seconds (the first span starts at 0)
+                            # (a field in both ``fields`` and ``rates`` drifts from that
+                            # value at that rate: a gauge such as MemAvailable creeping)
         dt_s: 1             # cadence (default: the previous span's, else 1)
         fields: {requests_running: 4}          # constants (lists become tuples)
         rates: {generation_tokens_total: 50}   # counters growing per second; a list for a
@@ -147,7 +149,11 @@ def build_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> 
         fields.update(new)
         rates = {k: _tuple(v) for k, v in (seg.get("rates") or {}).items()}
         for k, v in rates.items():
-            counters.setdefault(k, tuple(0.0 for _ in v) if isinstance(v, tuple) else 0.0)
+            # A rate on a field also given in ``fields`` starts from that value (a gauge
+            # that drifts, e.g. MemAvailable creeping down); a counter starts from 0.
+            start = fields.pop(k, None)
+            counters.setdefault(k, start if start is not None else
+                                tuple(0.0 for _ in v) if isinstance(v, tuple) else 0.0)
         once = {k: _tuple(v) for k, v in (seg.get("once") or {}).items()}
         first = True
         step = 0.0 if not out else dt

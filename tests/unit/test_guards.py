@@ -135,7 +135,7 @@ def test_slow_creep_over_days_is_not_acted_on() -> None:
 def test_creep_within_a_day_is_recorded_only() -> None:
     trace = samples(0, 900, mem_available_bytes=lambda t: int(12 * GiB - t * 0.2 * 2**20))
     d = decide_on(trace)
-    assert d.action is Action.HOLD and kinds(d) == ["memory_creep"]
+    assert d.action is Action.HOLD and kinds(d) == ["memory_trend"]
 
 
 def test_start_up_allocation_is_not_a_trend() -> None:

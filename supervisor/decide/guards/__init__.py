@@ -13,6 +13,7 @@ from supervisor.decide.guards import (
     memory_forecast,
     memory_pressure,
     preemption_storm,
+    sample_gaps,
     speculative,
     startup,
     stop_leftovers,
@@ -21,7 +22,7 @@ from supervisor.decide.guards import (
 
 #: Every guard, in the order their findings are reported.
 ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, engine_hung,
-       corrupted_output, speculative, memory_forecast, memory_pressure, preemption_storm,
-       thermal, load_budget)
+       corrupted_output, speculative, memory_forecast, memory_pressure, sample_gaps,
+       preemption_storm, thermal, load_budget)
 
 __all__ = ["ALL"]
