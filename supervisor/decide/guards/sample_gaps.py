@@ -12,6 +12,8 @@ steps down: the box may have frozen on memory and will again. The gap is judged 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
 from supervisor.states import EngineState
@@ -28,7 +30,7 @@ def check(sit: Situation) -> list[Finding]:
     s = sit.latest
     if s is None or len(samples) < 2:
         return []
-    gaps = [(b.t_s, b.t_s - a.t_s) for a, b in zip(samples, samples[1:], strict=False)
+    gaps = [(b.t_s, b.t_s - a.t_s) for a, b in pairwise(samples)
             if b.t_s - a.t_s >= cfg.record_seconds and sit.now_s - b.t_s <= cfg.long_gap_seconds]
     if not gaps:
         return []
