@@ -185,6 +185,19 @@ class ThermalGuard(_Model):
                                    "sw_thermal_slowdown", "hw_power_brake_slowdown"]
     """NVML clock-event reasons that mean trouble (sw_power_cap is routine at full load)."""
     throttle_sustain_seconds: Seconds = 30.0
+    max_host_temperature_c: Annotated[float, Field(gt=0)] = 95.0
+    """The hottest SoC/CPU sensor (hwmon): 95 C is where a GB10's SoC peaked under
+    sustained load before the fix, the OS force-shutdown at 104.8 C (MiaAI-Lab/DeepSeek-
+    v4-Flash-DSpark-2x-DGX-Spark#79; overheating shutdowns without logs in #146)."""
+    low_clock_ratio: Ratio = 0.5
+    """SM clock at or under half its maximum ..."""
+    low_power_utilization_ratio: Ratio = 0.8
+    """... at this utilisation or more, with no throttle reason, for
+    ``low_power_sustain_seconds`` of loaded samples: the GB10 stuck low-power platform
+    state (Blackwellboy/model-serving-minefield#55: heavily utilised, never boosts, survives
+    software controls, only an AC power removal resets it). A warning: a restart does not
+    help, an operator must."""
+    low_power_sustain_seconds: Seconds = 300.0
 
 
 class SpeculativeGuard(_Model):

@@ -5,7 +5,7 @@ Queries"; nvml.h), converted here at the sense boundary:
 
 - name: nvmlDeviceGetName. temperature: nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU), C.
 - power: nvmlDeviceGetPowerUsage, milliwatts -> W.
-- SM clock: nvmlDeviceGetClockInfo(NVML_CLOCK_SM), MHz.
+- SM clock: nvmlDeviceGetClockInfo(NVML_CLOCK_SM), MHz; its maximum nvmlDeviceGetMaxClockInfo.
 - utilization: nvmlDeviceGetUtilizationRates().gpu, percent of the last sample period (1/6 s to
   1 s by product) in which a kernel ran -> 0-1. A wedged kernel reads busy.
 - memory: nvmlDeviceGetMemoryInfo, bytes: nvmlMemory_v2_t where the driver has it (``used``
@@ -61,6 +61,7 @@ _FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "temperature": ("temperature", ("gpu_temperature_c",)),
     "power": ("power", ("gpu_power_w",)),
     "sm_clock": ("SM clock", ("gpu_sm_clock_mhz",)),
+    "sm_clock_max": ("max SM clock", ("gpu_sm_clock_max_mhz",)),
     "utilization": ("utilization", ("gpu_utilization_ratio",)),
     "memory": ("memory", ("gpu_memory_used_bytes", "gpu_memory_total_bytes")),
     "clock_event_reasons": ("clock event reasons", ("gpu_clock_event_reasons",)),
@@ -81,6 +82,9 @@ class GpuReading:
     gpu_temperature_c: float | None = None
     gpu_power_w: float | None = None
     gpu_sm_clock_mhz: float | None = None
+    gpu_sm_clock_max_mhz: float | None = None
+    """nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM): the clock the GPU can reach (GB10: 3003 MHz,
+    NVIDIA/open-gpu-kernel-modules#1358), for a clock stuck low."""
     gpu_utilization_ratio: float | None = None
     gpu_memory_used_bytes: int | None = None
     gpu_memory_total_bytes: int | None = None
@@ -199,6 +203,7 @@ class GpuSensor:
             gpu_temperature_c=_number(raw["temperature"]),
             gpu_power_w=None if raw["power"] is None else raw["power"] / 1000.0,
             gpu_sm_clock_mhz=_number(raw["sm_clock"]),
+            gpu_sm_clock_max_mhz=_number(raw["sm_clock_max"]),
             gpu_utilization_ratio=None if util is None else util.gpu / 100.0,
             gpu_memory_used_bytes=None if mem is None else int(mem.used),
             gpu_memory_total_bytes=None if mem is None else int(mem.total),
@@ -238,6 +243,7 @@ class GpuSensor:
             ("temperature", [call("nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU)]),
             ("power", [call("nvmlDeviceGetPowerUsage")]),
             ("sm_clock", [call("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)]),
+            ("sm_clock_max", [call("nvmlDeviceGetMaxClockInfo", nvml.NVML_CLOCK_SM)]),
             ("utilization", [call("nvmlDeviceGetUtilizationRates")]),
             ("memory", [call("nvmlDeviceGetMemoryInfo", version=mem_v2) if mem_v2 else None,
                         call("nvmlDeviceGetMemoryInfo")]),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["HOST_FIELDS", "HostReader", "parse_meminfo", "parse_psi"]
+__all__ = ["HOST_FIELDS", "HostReader", "hottest_soc_c", "parse_meminfo", "parse_psi"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +36,12 @@ HOST_FIELDS = (
     "psi_memory_some_total_seconds",
     "psi_memory_full_avg10_ratio", "psi_memory_full_avg60_ratio",
     "psi_memory_full_total_seconds",
-    "host_cpu_usage_ratio", "host_load1",
+    "host_cpu_usage_ratio", "host_load1", "host_temperature_c",
 )
+
+#: hwmon chips that are not the SoC/CPU: disks and network cards run at their own
+#: temperatures (sparkDash #70 filters NVMe and the ConnectX-7 the same way on DGX Spark).
+NOT_SOC = ("nvme", "mlx", "iwlwifi", "wifi", "ath", "r8169", "igb", "ixgbe", "drivetemp")
 
 
 def parse_meminfo(text: str) -> dict[str, int | None]:
@@ -84,6 +88,21 @@ def _number(text: str | None, scale: float) -> float | None:
         return None
 
 
+def hottest_soc_c(sensors: dict[str, list]) -> float | None:
+    """The hottest SoC/CPU reading of ``psutil.sensors_temperatures()`` (chip name ->
+    ``shwtemp(label, current, high, critical)``), chips in ``NOT_SOC`` left out.
+
+    Returns degrees C, or None when no such sensor reads (never 0). On GB10 the SoC runs
+    hot before the GPU reports anything: 95 C under sustained load with the GPU much
+    cooler, the OS forcing a shutdown at 104.8 C (MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-
+    DGX-Spark#79).
+    """
+    readings = [t.current for chip, temps in sensors.items()
+                if not any(chip.lower().startswith(n) for n in NOT_SOC)
+                for t in temps if t.current is not None and t.current > 0]
+    return max(readings) if readings else None
+
+
 class HostReader:
     """Reads the host fields; remembers once that PSI is missing so it says so once."""
 
@@ -109,6 +128,11 @@ class HostReader:
                 self._psi_missing_logged = True
         out["host_cpu_usage_ratio"] = psutil.cpu_percent(interval=None) / 100.0
         out["host_load1"] = psutil.getloadavg()[0]
+        read_temps = getattr(psutil, "sensors_temperatures", None)   # Linux/FreeBSD only
+        try:
+            out["host_temperature_c"] = hottest_soc_c(read_temps() if read_temps else {})
+        except OSError as exc:
+            logger.debug("no hwmon temperatures: %s", exc)
         return out
 
 

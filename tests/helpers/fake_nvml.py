@@ -165,6 +165,14 @@ class FakeNvml(types.ModuleType):
             raise NVMLError_InvalidArgument()
         return self._value("sm_clock_mhz")
 
+    def nvmlDeviceGetMaxClockInfo(self, handle: str, clock_type: int) -> int:
+        self._enter("nvmlDeviceGetMaxClockInfo")
+        if clock_type != self.NVML_CLOCK_SM:
+            raise NVMLError_InvalidArgument()
+        if "sm_clock_max_mhz" not in self.snapshot:      # not recorded: as if not supported
+            raise pynvml.NVMLError_NotSupported()
+        return self._value("sm_clock_max_mhz")
+
     def nvmlDeviceGetUtilizationRates(self, handle: str) -> types.SimpleNamespace:
         self._enter("nvmlDeviceGetUtilizationRates")
         return types.SimpleNamespace(gpu=self._value("utilization_gpu_percent"),

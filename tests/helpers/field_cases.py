@@ -23,6 +23,8 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
         once: {engine_log_tags: [spec_illegal_memory_access]}  # first sample of the span only
     expect:
       action: restart       # the first non-hold action; ``hold``: none over the whole trace
+                            # (a control may name the action another guard rightly takes
+                            # on the look-alike; it must still never raise its kind)
       finding: kind|null    # a finding of this kind must be among its findings (with
                             # ``action: hold``: present on some tick by ``by_s``)
       by_s: 130             # deadline, trace seconds

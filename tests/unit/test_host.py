@@ -49,3 +49,15 @@ def test_reader_without_psi_reports_unknown_once(tmp_path: Path, caplog) -> None
     assert first["mem_available_bytes"] > 0
     assert 0.0 <= second["host_cpu_usage_ratio"] <= 1.0
     assert sum("no memory PSI" in r.message for r in caplog.records) == 1
+
+
+def test_issue_13_hottest_soc_sensor_leaves_out_disks_and_network_cards() -> None:
+    from psutil._common import shwtemp
+
+    from supervisor.sense.host import hottest_soc_c
+    sensors = {"acpitz": [shwtemp("", 53.0, None, None), shwtemp("", 95.5, None, None)],
+               "nvme": [shwtemp("Composite", 99.0, 84.8, 84.8)],
+               "mlx5": [shwtemp("", 101.0, 105.0, 115.0)]}
+    assert hottest_soc_c(sensors) == 95.5
+    assert hottest_soc_c({"nvme": [shwtemp("Composite", 40.0, None, None)]}) is None
+    assert hottest_soc_c({}) is None
