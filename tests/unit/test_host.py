@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -52,9 +53,10 @@ def test_reader_without_psi_reports_unknown_once(tmp_path: Path, caplog) -> None
 
 
 def test_issue_13_hottest_soc_sensor_leaves_out_disks_and_network_cards() -> None:
-    from psutil._common import shwtemp
-
     from supervisor.sense.host import hottest_soc_c
+
+    def shwtemp(label, current, high, critical):   # psutil's sensors_temperatures() tuple
+        return SimpleNamespace(label=label, current=current, high=high, critical=critical)
     sensors = {"acpitz": [shwtemp("", 53.0, None, None), shwtemp("", 95.5, None, None)],
                "nvme": [shwtemp("Composite", 99.0, 84.8, 84.8)],
                "mlx5": [shwtemp("", 101.0, 105.0, 115.0)]}

@@ -6,9 +6,9 @@ down if they persist once shed. The SoC/CPU temperature comes from hwmon
 (``psutil.sensors_temperatures()``): on GB10 the SoC runs hot before the GPU reports
 anything. A stuck low-power state (SM clock far under its maximum at high utilisation,
 no throttle reason, sustained) is a warning on record (``platform_low_power_state``): no
-mode change helps, an operator's power cycle does. Throttling makes the engine slow, not
-hung; the hang guard reads progress, never clocks. Temperature and clock-event reasons from NVML, which GB10
-supports (only its memory queries are Not Supported). Pure.
+mode change helps, an operator's power cycle does. Throttling makes the engine slow,
+not hung; the hang guard reads progress, never clocks. Temperature and clock-event
+reasons from NVML, which GB10 supports (only its memory queries are Not Supported). Pure.
 """
 
 from __future__ import annotations
