@@ -50,13 +50,14 @@ def preemption_storm(base: Path) -> Result:
     """A tiny KV cache, long prompts, many sessions: preemptions pile up; the guard
     sheds the gateway's limits, then (the storm going on 20 s later) steps down to
     fewer sequences."""
-    res = Result("preemption storm (tiny KV cache)", notes="--kv-cache-memory-bytes 1e6")
+    res = Result("preemption storm (tiny KV cache)", notes="--kv-cache-memory-bytes 6e5, no prefix caching")
     rig = Rig(base / "storm", guards={"preemption_storm": {
         "preemptions_per_1k_tokens": 1.0, "min_preemptions": 5, "sustain_seconds": 20,
         "throughput_drop_ratio": 0.1}},
         hysteresis={"shed_seconds": 20, "cooldown_seconds": 30})
     rig.data["engine"]["environment"] = {}
-    rig.data["modes"][0]["args"]["--kv-cache-memory-bytes"] = 1_000_000
+    # ~1,150 tokens of KV (1e6 bytes held 1,920): one 1,024-token request fits, two do not.
+    rig.data["modes"][0]["args"]["--kv-cache-memory-bytes"] = 600_000
     # Prefix caching softens preemption (a re-admitted request hits its own blocks): off,
     # so the tiny cache thrashes as the field reports describe.
     rig.data["modes"][0]["args"]["--no-enable-prefix-caching"] = True

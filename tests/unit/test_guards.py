@@ -183,9 +183,11 @@ def test_preemption_storm_sheds_then_steps_down_to_fewer_sequences() -> None:
 
 
 def test_kv_at_96_percent_without_preemptions_is_normal() -> None:
-    trace = samples(0, 240, requests_running=4.0, requests_waiting=2.0,
+    trace = samples(0, 240, rung=2, requests_running=4.0, requests_waiting=2.0,
                     kv_cache_usage_ratio=0.96, preemptions_total=0.0,
-                    generation_tokens_total=lambda t: t * 100)
+                    generation_tokens_total=lambda t: t * 100,
+                    prompt_tokens_total=lambda t: t * 300,
+                    iteration_tokens_count_total=lambda t: t * 20)
     d = decide_on(trace)
     assert d.action is Action.HOLD and d.findings == ()
 

@@ -4,6 +4,7 @@ list[Finding]``: pure, thresholds from the policy, evidence in every finding."""
 from __future__ import annotations
 
 from supervisor.decide.guards import (
+    agent_errors,
     corrupted_output,
     engine_dead,
     engine_hung,
@@ -17,12 +18,13 @@ from supervisor.decide.guards import (
     speculative,
     startup,
     stop_leftovers,
+    telemetry_health,
     thermal,
 )
 
 #: Every guard, in the order their findings are reported.
 ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, engine_hung,
        corrupted_output, speculative, memory_forecast, memory_pressure, sample_gaps,
-       preemption_storm, thermal, load_budget)
+       preemption_storm, thermal, load_budget, telemetry_health, agent_errors)
 
 __all__ = ["ALL"]
