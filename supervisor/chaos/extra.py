@@ -50,7 +50,8 @@ def preemption_storm(base: Path) -> Result:
     """A tiny KV cache, long prompts, many sessions: preemptions pile up; the guard
     sheds the gateway's limits, then (the storm going on 20 s later) steps down to
     fewer sequences."""
-    res = Result("preemption storm (tiny KV cache)", notes="--kv-cache-memory-bytes 6e5, no prefix caching")
+    res = Result("preemption storm (tiny KV cache)",
+                 notes="--kv-cache-memory-bytes 6e5, no prefix caching")
     rig = Rig(base / "storm", guards={"preemption_storm": {
         "preemptions_per_1k_tokens": 1.0, "min_preemptions": 5, "sustain_seconds": 20,
         "throughput_drop_ratio": 0.1}},
