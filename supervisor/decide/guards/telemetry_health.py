@@ -3,11 +3,11 @@
 vLLM renames and drops metrics between versions (``vllm:gpu_cache_usage_perc`` became
 ``vllm:kv_cache_usage_perc``; a build without the per-position acceptance counter, an
 NVML without power), and a missing series is unknown, never 0 (``supervisor.sense.names``).
-Once the engine has been ready for ``GRACE_SECONDS`` with ``/metrics`` read (its
-``CORE`` series present), a field in ``NEEDS`` that stayed unknown on all of them gives
-one warning on record naming the guards that cannot judge (the executor notes a finding once per run).
-Unknown stays unknown: no guard reads the gap as 0. A scrape that failed
-(``metrics_error``) is not a missing series. Pure.
+Once the engine has been ready for ``GRACE_SECONDS`` with ``/metrics`` read (its ``CORE``
+series present), a field in ``NEEDS`` that stayed unknown on all of them gives one warning
+on record naming the guards that cannot judge (the executor notes a finding once per run).
+Unknown stays unknown: no guard reads the gap as 0. A scrape that failed (``metrics_error``)
+is not a missing series. Pure.
 """
 
 from __future__ import annotations
