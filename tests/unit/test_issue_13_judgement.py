@@ -38,3 +38,26 @@ def test_issue_13_hang_on_a_huge_prompt_is_not_restarted_into_the_same_context()
     assert (d.action, case.policy.modes[d.rung].name) == (Action.STEP_DOWN, "glm-128k")
     assert d.findings[0].evidence["prompt_tokens_in_flight"] == 580000
     assert d.findings[0].evidence["stall_seconds"] == 60 + 0.58 * 600
+
+
+def test_issue_13_dynamic_k_schedule_is_checked_like_vllm_reads_it() -> None:
+    from supervisor.errors import PolicyError
+    from supervisor.policy import load_policy
+    base = """
+fleet: t
+engine: {executable: vllm}
+modes:
+  - {name: dyn, args: {--speculative-config: {method: mtp, num_speculative_tokens: 5,
+                       num_speculative_tokens_per_batch_size: SCHEDULE}}}
+  - {name: plain, args: {}}
+"""
+    ok = load_policy(base.replace("SCHEDULE", "[[1, 16, 5], [17, 256, 0]]"))
+    assert ok.first_rung_sparing_large_batches_below(-1) == 0
+    for bad, why in (("[[1, 16, 6]]", "k 6"), ("[[4, 2, 1]]", "range 4-2"),
+                     ("[[1, 16, 5], [10, 20, 2]]", "range 10-20"), ("5", "must be a list")):
+        try:
+            load_policy(base.replace("SCHEDULE", bad))
+        except PolicyError as exc:
+            assert why in str(exc) and "num_speculative_tokens_per_batch_size" in str(exc)
+        else:
+            raise AssertionError(f"{bad} accepted")
