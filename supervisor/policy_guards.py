@@ -226,6 +226,16 @@ class SpeculativeGuard(_Model):
     or echoed output); the whole batch at 100% does not (#40756: Running: 5 reqs)."""
     min_drafts: Annotated[int, Field(ge=1)] = 50
     """Ratios over fewer drafts say little."""
+    lottery_drafts: Annotated[int, Field(ge=1)] = 200
+    """The launch lottery: the first 200 drafts after ready are judged against the mode's
+    usual acceptance by position (calibration, past good runs) ..."""
+    lottery_ratio: Ratio = 0.75
+    """... position 0 under 75% of its usual value is a bad launch (position 0 at 0.44
+    against a usual 0.77 on one launch, fixed by a restart: issue 13's report; vLLM's own
+    MTP position 0 reads 0.76-0.83 on the same workload, vllm PR #48892) ..."""
+    lottery_restarts: Annotated[int, Field(ge=0)] = 1
+    """... restarted this many times; a further bad launch is ``spec_degraded`` (a warning
+    on record, no more restarts: the speed guard may still step to no speculation)."""
     slower_ratio: Ratio = 0.9
     """Per-request tokens/s below 90% of the no-speculation rung's calibrated baseline at
     similar concurrency: speculation does not pay for itself here."""

@@ -26,7 +26,7 @@ from supervisor.errors import EngineStopTimeout
 from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
-from supervisor.record.baselines import load_baselines
+from supervisor.record.baselines import load_acceptance, load_baselines
 from supervisor.record.store import Store
 from supervisor.record.trace import TraceWriter
 from supervisor.record.writer import RecordWriter
@@ -46,7 +46,7 @@ from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.show.alerts import Alerter
 from supervisor.show.metrics import SupervisorMetrics
 from supervisor.states import EngineState
-from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.window import Window
 
 __all__ = ["Supervisor"]
@@ -97,10 +97,12 @@ class Supervisor:
                                       poke=self._poke)
         self.registry.register(self.status_view.collector(lambda: self.writer.spooled))
         self.baselines: Baselines = {}
+        self.acceptance: AcceptanceBaselines = {}
         self._stop = asyncio.Event()
         self.ticker = Ticker(self.holder, self.sensors, self.launcher, self.executor,
                              self.ladder, self.window, self.last, self.trace,
-                             stopping=self._stop.is_set, baselines=lambda: self.baselines)
+                             stopping=self._stop.is_set, baselines=lambda: self.baselines,
+                             acceptance=lambda: self.acceptance)
         self.startup = StartUp(self.holder, self.launcher, self.recorder, self.ladder)
         self.upkeep = Upkeep(self.holder, self.recorder, self.launcher, self.window,
                              self.ladder, lambda: self.startup.service_run_id)
@@ -127,6 +129,7 @@ class Supervisor:
         await self.startup.learn_start_budgets()
         await self.sensors.start()
         self.baselines = await asyncio.to_thread(load_baselines, self.writer.store, self.policy)
+        self.acceptance = await asyncio.to_thread(load_acceptance, self.writer.store, self.policy)
         if self.baselines:
             logger.info("calibrated baselines: %s", ", ".join(
                 f"{m} {[f'{c:g}: {t:.0f} tok/s' for c, t in v]}"
@@ -135,7 +138,8 @@ class Supervisor:
         if self.trace is not None:       # after adoption and the host-reset check
             st = self.ladder.state
             self.trace.header(fleet=self.policy.fleet, t0_s=st.since_s, rung=st.rung,
-                              baselines=self.baselines, last_trouble_s=st.last_trouble_s)
+                              baselines=self.baselines, last_trouble_s=st.last_trouble_s,
+                              acceptance=self.acceptance)
         self.alerter.start()
         try:
             await self.listeners.start()

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from supervisor.decide.ladder import LadderState
 from supervisor.policy import Mode, Policy
-from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.sample import Sample
 from supervisor.telemetry.window import Window
 
@@ -14,13 +14,16 @@ __all__ = ["Situation"]
 
 @dataclass(frozen=True)
 class Situation:
-    """The window, the ladder, the policy, the time and the calibrated baselines."""
+    """The window, the ladder, the policy, the time and the calibrated baselines (throughput
+    and acceptance by position)."""
 
     window: Window
     ladder: LadderState
     policy: Policy
     now_s: float
     baselines: Baselines = field(default_factory=dict)
+    acceptance: AcceptanceBaselines = field(default_factory=dict)
+    """Usual acceptance by position per mode (the launch-lottery check)."""
 
     @property
     def latest(self) -> Sample | None:

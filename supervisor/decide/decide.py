@@ -49,7 +49,7 @@ from supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
 from supervisor.decide.recommended import RECOMMENDED, recommend
 from supervisor.policy import Policy
 from supervisor.states import CrashReason, EngineState
-from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.window import Window
 
 __all__ = ["context_cap", "decide", "findings_of", "first_capped_rung_below"]
@@ -70,8 +70,13 @@ def findings_of(sit: Situation) -> list[Finding]:
 
 
 def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
-           baselines: Baselines | None = None) -> Decision:
-    """Pick at most one action for this tick (see the module docstring for the order)."""
+           baselines: Baselines | None = None, *,
+           acceptance: AcceptanceBaselines | None = None) -> Decision:
+    """Pick at most one action for this tick (see the module docstring for the order).
+
+    ``baselines``: calibrated tokens/s per request per mode; ``acceptance``: usual
+    acceptance by draft position per mode (both optional: without them the guards that
+    compare against them stay silent)."""
     s = window.latest
     if s is None:
         return Decision(Action.HOLD, ladder.rung, "no sample yet")
@@ -84,7 +89,7 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
                         f"({ladder.reboot_required}; recommended action {action}): the "
                         "engine stays stopped until the host is rebooted or the operator "
                         "resumes")
-    sit = Situation(window, ladder, policy, now_s, baselines or {})
+    sit = Situation(window, ladder, policy, now_s, baselines or {}, acceptance or {})
     findings = findings_of(sit)
     for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload, _cleared, _warnings,
                  _pinned, _calm):
@@ -314,6 +319,10 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
     if ladder.paused or ladder.pinned is not None:
         why = "paused by the operator" if ladder.paused else "pinned by the operator"
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: automatic steps {why}", found)
+    if w.response is Response.RELAUNCH:
+        # The same rung again, now: no rung change, so no cooldown or probation applies.
+        return Decision(Action.STEP_DOWN, ladder.rung, f"{w.summary}: drain and restart "
+                        f"{mode}", found, run_id=w.run_id)
     bottom = len(policy.modes) - 1
     if ladder.probation_until_s is not None and now < ladder.probation_until_s \
             and ladder.rung < bottom and w.response is not Response.RESTART_WHEN_CALM:

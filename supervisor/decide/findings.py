@@ -66,6 +66,8 @@ class Response(StrEnum):
     CAP_CONTEXT = "cap_context"
     """A hang on a huge prompt: restart into the first rung whose context cap is below the
     prompt tokens in flight (not the same configuration again)."""
+    RELAUNCH = "relaunch"
+    """Restart the same rung now, gracefully, and not as a crash (a bad launch)."""
     RESTART_WHEN_CALM = "restart_when_calm"
     """A planned restart of the same rung at a calm moment (a restart hands leaked memory
     back)."""

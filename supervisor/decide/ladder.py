@@ -58,6 +58,9 @@ class LadderState:
     paused: bool = False
     requested: int | None = None
     """A one-shot operator move (step up/down): taken once, then the ladder is free."""
+    lottery_restarts: int = 0
+    """Restarts of the current rung for a bad launch (the launch lottery); reset when the
+    rung changes."""
     reload_pending: bool = False
     """The policy was reloaded and the running engine's arguments are no longer its mode's."""
     start_args: tuple[tuple[str, Any], ...] = ()
@@ -163,8 +166,10 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
             moved = decision.rung != ladder.rung
             probation = (now_s + policy.hysteresis.probation_seconds
                          if decision.action is Action.STEP_UP else None)
+            lottery = any(f.kind == "spec_launch_lottery" for f in decision.findings)
             return rep(
                 ladder, rung=decision.rung, crash_times_s=() if moved else ladder.crash_times_s,
+                lottery_restarts=0 if moved else ladder.lottery_restarts + int(lottery),
                 requested=None if ladder.requested == decision.rung else ladder.requested,
                 handled_run_id=decision.run_id or ladder.handled_run_id,
                 start_not_before_s=now_s + decision.delay_seconds,

@@ -57,6 +57,7 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
     recs = list(records)
     header = next((r for r in recs if r["type"] == "header"), {})
     base = baselines if baselines is not None else _baselines(header)
+    acceptance = {m: tuple(v) for m, v in (header.get("acceptance") or {}).items()}
     live = any(r["type"] in ("decision", "skip") for r in recs)
     window = Window(policy.sampling.window_seconds)
     ladder: LadderState | None = None
@@ -66,7 +67,7 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
     def take(sample: Sample, recorded: dict[str, Any] | None) -> None:
         nonlocal ladder
         assert ladder is not None
-        decision = decide(window, ladder, policy, sample.t_s, base)
+        decision = decide(window, ladder, policy, sample.t_s, base, acceptance=acceptance)
         steps.append(ReplayStep(sample.t_s, decision, recorded))
         ladder = advance(ladder, decision, policy, sample.t_s)
 

@@ -7,9 +7,9 @@ import json
 
 from supervisor.policy import Mode, Policy, build_argv
 from supervisor.record.store import Store
-from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 
-__all__ = ["args_digest", "load_baselines"]
+__all__ = ["args_digest", "load_acceptance", "load_baselines"]
 
 
 def args_digest(policy: Policy, mode: Mode) -> str:
@@ -30,3 +30,21 @@ def load_baselines(store: Store, policy: Policy) -> Baselines:
             out.setdefault(row.mode, []).append(
                 (float(row.concurrency), row.tokens_per_second_per_request))
     return {m: sorted(v) for m, v in out.items()}
+
+
+def load_acceptance(store: Store, policy: Policy) -> AcceptanceBaselines:
+    """mode name -> usual acceptance by draft position: the mean over the mode's newest
+    calibration rows (every concurrency) measured with the current arguments. Modes
+    without speculation, or never calibrated, are absent."""
+    digests = {m.name: args_digest(policy, m) for m in policy.modes}
+    rows: dict[str, list[list[float]]] = {}
+    for row in store.baselines():
+        pos = row.acceptance_by_position
+        if digests.get(row.mode) == row.args_digest and pos:
+            rows.setdefault(row.mode, []).append([float(a) for a in pos])
+    out: dict[str, tuple[float, ...]] = {}
+    for mode, found in rows.items():
+        k = len(found[0])
+        same = [r for r in found if len(r) == k]
+        out[mode] = tuple(round(sum(r[i] for r in same) / len(same), 4) for i in range(k))
+    return out

@@ -37,7 +37,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from supervisor.decide.decision import Decision
 from supervisor.states import EngineState
-from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.sample import Sample
 
 __all__ = ["TRACE_VERSION", "TraceWriter", "read_trace"]
@@ -66,13 +66,16 @@ class TraceWriter:
             self._f.flush()
 
     def header(self, *, fleet: str, t0_s: float, baselines: Baselines, rung: int = 0,
-               last_trouble_s: float | None = None) -> None:
+               last_trouble_s: float | None = None,
+               acceptance: AcceptanceBaselines | None = None) -> None:
         """The first record: who recorded it and what it knew at the start (the ladder's
-        rung after adoption or a host reset, and its last trouble)."""
+        rung after adoption or a host reset, its last trouble, the calibrated baselines
+        and the usual acceptance by position per mode)."""
         self._write({"type": "header", "version": TRACE_VERSION, "fleet": fleet, "t0_s": t0_s,
                      "started_at": datetime.now(UTC).isoformat(), "rung": rung,
                      "last_trouble_s": last_trouble_s,
-                     "baselines": {m: [list(b) for b in v] for m, v in baselines.items()}})
+                     "baselines": {m: [list(b) for b in v] for m, v in baselines.items()},
+                     "acceptance": {m: list(v) for m, v in (acceptance or {}).items()}})
 
     def sample(self, sample: Sample) -> None:
         """One tick's Sample."""

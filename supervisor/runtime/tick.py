@@ -24,7 +24,7 @@ from supervisor.record.trace import TraceWriter
 from supervisor.runtime.levers import Ladder
 from supervisor.runtime.status import LastDecision
 from supervisor.sense.collect import Sensors
-from supervisor.telemetry.baselines import Baselines
+from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.sample import Sample
 from supervisor.telemetry.window import Window
 
@@ -35,12 +35,14 @@ logger = logging.getLogger(__name__)
 
 class Ticker:
     """The tick. ``stopping()`` says the service is stopping (no new tick starts);
-    ``baselines()`` gives the calibrated baselines (loaded at start-up)."""
+    ``baselines()`` gives the calibrated baselines, ``acceptance()`` the usual acceptance
+    by draft position per mode (both loaded at start-up)."""
 
     def __init__(self, policy: PolicyHolder, sensors: Sensors, launcher: EngineLauncher,
                  executor: Executor, ladder: Ladder, window: Window, last: LastDecision,
                  trace: TraceWriter | None, *, stopping: Callable[[], bool],
-                 baselines: Callable[[], Baselines]) -> None:
+                 baselines: Callable[[], Baselines],
+                 acceptance: Callable[[], AcceptanceBaselines] = dict) -> None:
         self._policy = policy
         self.sensors = sensors
         self.launcher = launcher
@@ -51,6 +53,7 @@ class Ticker:
         self.trace = trace
         self._stopping = stopping
         self._baselines = baselines
+        self._acceptance = acceptance
         self._lock = asyncio.Lock()
         self._action: asyncio.Task[None] | None = None
         self._last_scheduled_s: float | None = None
@@ -68,7 +71,7 @@ class Ticker:
             if self.trace is not None:
                 self.trace.sample(sample)
             decision = decide(self.window, self.ladder.state, self._policy.current, now,
-                              self._baselines())
+                              self._baselines(), acceptance=self._acceptance())
             if self._action is not None and not self._action.done():
                 if decision.action not in (Action.KILL_NOW, Action.REBOOT_REQUIRED):
                     if self.trace is not None:

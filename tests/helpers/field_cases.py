@@ -12,6 +12,7 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
     policy: {}              # deep-merged into the base policy (BASE_POLICY below)
     ladder: {rung: 0}       # LadderState fields at the start
     baselines: {mode: [[concurrency, tokens/s per request]]}
+    acceptance: {mode: [position 0, position 1, ...]}   # usual acceptance by position
     segments:               # consecutive spans of Samples (a READY engine unless fields say)
       - to_s: 120           # end of the span, trace seconds (the first span starts at 0)
                             # (a field in both ``fields`` and ``rates`` drifts from that
@@ -96,6 +97,7 @@ class FieldCase:
     samples: list[Sample]
     expect: dict[str, Any]
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    acceptance: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -198,10 +200,11 @@ def load_case(path: Path) -> FieldCase:
     ladder_fields.setdefault("since_s", samples[0].t_s if samples else 0.0)
     ladder = LadderState(**{k: _tuple(v) for k, v in ladder_fields.items()})
     baselines = {m: [tuple(b) for b in v] for m, v in (raw.get("baselines") or {}).items()}
+    acceptance = {m: [float(a) for a in v] for m, v in (raw.get("acceptance") or {}).items()}
     return FieldCase(path=path, kind=raw["kind"], control=bool(raw.get("control", False)),
                      source=raw["source"], policy=policy, ladder=ladder,
                      baselines=baselines, samples=samples, expect=dict(raw["expect"]),
-                     raw=raw)
+                     raw=raw, acceptance=acceptance)
 
 
 def all_cases(root: Path = FIELD) -> Iterator[Path]:
@@ -216,7 +219,8 @@ def play_case(case: FieldCase) -> list[tuple[float, Decision]]:
     out = []
     for s in case.samples:
         window.append(s)
-        d = decide(window, ladder, case.policy, s.t_s, case.baselines)
+        d = decide(window, ladder, case.policy, s.t_s, case.baselines,
+                   acceptance=case.acceptance)
         out.append((s.t_s, d))
         ladder = advance(ladder, d, case.policy, s.t_s)
     return out

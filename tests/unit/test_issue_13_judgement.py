@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from supervisor.decide.decision import Action
 from supervisor.decide.ladder import LadderState
 from tests.helpers.field_cases import FIELD, load_case, play_case
@@ -61,3 +63,46 @@ modes:
             assert why in str(exc) and "num_speculative_tokens_per_batch_size" in str(exc)
         else:
             raise AssertionError(f"{bad} accepted")
+
+
+def test_issue_13_calibrated_acceptance_by_position_reaches_the_lottery(tmp_path) -> None:
+    from datetime import UTC, datetime
+
+    from supervisor.record.baselines import args_digest, load_acceptance
+    from supervisor.record.store import Store, make_engine, upgrade
+    case = load_case(FIELD / "spec_launch_lottery" / "bad_launch.yaml")
+    engine = make_engine(f"sqlite:///{tmp_path}/s.db")
+    upgrade(engine)
+    store = Store(engine, fleet="f", host="h")
+    mode = case.policy.modes[0]
+    for conc, pos in ((1, [0.80, 0.62, 0.47, 0.35, 0.27]), (4, [0.74, 0.58, 0.43, 0.31, 0.23])):
+        store.add_baseline(mode=mode.name, args_digest=args_digest(case.policy, mode),
+                           concurrency=conc, measured_at=datetime.now(UTC),
+                           tokens_per_second_per_request=30.0, tokens_per_second_total=30.0,
+                           ttft_seconds=0.2, acceptance_by_position=pos, peak_rss_bytes=None,
+                           mem_available_min_bytes=None, seconds=20.0, requests=10)
+    store.add_baseline(mode=mode.name, args_digest="another-build", concurrency=8,
+                       measured_at=datetime.now(UTC), tokens_per_second_per_request=1.0,
+                       tokens_per_second_total=1.0, ttft_seconds=None,
+                       acceptance_by_position=[0.1] * 5, peak_rss_bytes=None,
+                       mem_available_min_bytes=None, seconds=20.0, requests=1)
+    acceptance = load_acceptance(store, case.policy)
+    assert acceptance == {mode.name: (0.77, 0.6, 0.45, 0.33, 0.25)}
+    steps = play_case(dataclasses.replace(case, acceptance=acceptance))
+    t, d = next((t, d) for t, d in steps if d.action is not Action.HOLD)
+    assert (t, d.action, d.rung, d.findings[0].kind) == (100.0, Action.STEP_DOWN, 0,
+                                                         "spec_launch_lottery")
+
+
+def test_issue_13_one_restart_for_a_bad_launch_then_spec_degraded() -> None:
+    from supervisor.decide.ladder import advance
+    case = load_case(FIELD / "spec_launch_lottery" / "bad_launch.yaml")
+    steps = play_case(case)
+    t, d = next((t, d) for t, d in steps if d.action is not Action.HOLD)
+    ladder = advance(case.ladder, d, case.policy, t)
+    assert ladder.lottery_restarts == 1 and ladder.rung == 0
+    again = load_case(FIELD / "spec_degraded" / "second_bad_launch.yaml")
+    replayed = play_case(dataclasses.replace(again, ladder=dataclasses.replace(
+        ladder, since_s=0.0, handled_run_id="r1")))
+    assert all(d.action is Action.HOLD for _, d in replayed)
+    assert any(f.kind == "spec_degraded" for _, d in replayed for f in d.findings)

@@ -4,6 +4,10 @@
   access, device-side assert in the engine's log, or Xid 31 (MMU fault) from the kernel,
   in a run with speculation on. Speculative decoding can crash after hours that way
   (DESIGN.md); the response is the first rung without speculation, not lower memory.
+- Launch lottery: the first ``lottery_drafts`` drafts after ready accept far worse at
+  position 0 than this mode usually does (``Situation.acceptance``: calibration and past
+  good runs): one restart of the same rung; a second low launch is ``spec_degraded``, a
+  warning on record, and no more restarts.
 - Acceptance anomaly: every draft position accepted (~100%, mean acceptance length k + 1)
   over the last ``acceptance_recent_drafts`` drafts (N drafts, not a time slice that
   dilutes the jump) against a clearly lower history of the same run, with several
@@ -61,7 +65,53 @@ def check(sit: Situation) -> list[Finding]:
     s = sit.latest
     if s is None or s.engine_state is not EngineState.READY or not sit.mode.speculative:
         return []
-    return [*_acceptance_anomaly(sit), *_structured_output(sit), *_slower_than_plain(sit)]
+    return [*_launch_lottery(sit), *_acceptance_anomaly(sit), *_structured_output(sit),
+            *_slower_than_plain(sit)]
+
+
+def _first_drafts(run: Window, n: float) -> tuple[float, list[float]] | None:
+    """(drafts, acceptance by position) over the first ``n`` drafts of ``run``."""
+    first = next(iter(run), None)
+    if first is None:
+        return None
+    for x in run:
+        got = run.increase(DRAFTS, first.t_s, x.t_s)
+        if got is not None and got[0] >= n:
+            return _acceptance(run, first.t_s, x.t_s)
+    return None
+
+
+def _launch_lottery(sit: Situation) -> list[Finding]:
+    """The first ``lottery_drafts`` drafts after ready against the mode's usual acceptance
+    by position: far lower at position 0 is a bad launch (restart once; then
+    ``spec_degraded``)."""
+    cfg = sit.policy.guards.speculative
+    usual = sit.acceptance.get(sit.mode.name)
+    s = sit.latest
+    if not usual or s is None or s.engine_state_since_s is None \
+            or s.engine_run_id == sit.ladder.handled_run_id:
+        return []
+    run = Window.of([x for x in sit.run_samples() if x.t_s >= s.engine_state_since_s])
+    got = _first_drafts(run, cfg.lottery_drafts)
+    if got is None or len(got[1]) != len(usual) or usual[0] <= 0:
+        return []
+    drafts, by_pos = got
+    if by_pos[0] >= cfg.lottery_ratio * usual[0]:
+        return []
+    evidence = {"acceptance_by_position": [round(a, 4) for a in by_pos],
+                "usual_acceptance_by_position": list(usual), "drafts": drafts,
+                "lottery_ratio": cfg.lottery_ratio, "mode": sit.mode.name,
+                "restarts_for_this": sit.ladder.lottery_restarts, "run_id": s.engine_run_id}
+    head = (f"the first {drafts:.0f} drafts of this launch accept {by_pos[0]:.2f} at position "
+            f"0 against a usual {usual[0]:.2f} for {sit.mode.name}")
+    if sit.ladder.lottery_restarts >= cfg.lottery_restarts:
+        return [Finding(GUARD, "spec_degraded", Severity.WARNING,
+                        f"{head}, again after {sit.ladder.lottery_restarts} restart(s): "
+                        "speculation degraded on this box (no more restarts)", evidence,
+                        s.engine_run_id, Response.RECORD)]
+    return [Finding(GUARD, "spec_launch_lottery", Severity.WARNING,
+                    f"{head}: a bad launch -> restart it once", evidence, s.engine_run_id,
+                    Response.RELAUNCH)]
 
 
 def _acceptance(run: Window, start_s: float, end_s: float) -> tuple[float, list[float]] | None:
