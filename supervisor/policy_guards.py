@@ -226,6 +226,15 @@ class SpeculativeGuard(_Model):
     or echoed output); the whole batch at 100% does not (#40756: Running: 5 reqs)."""
     min_drafts: Annotated[int, Field(ge=1)] = 50
     """Ratios over fewer drafts say little."""
+    prefix_min_query_tokens: Annotated[int, Field(ge=1)] = 50_000
+    """Prefix caching defeated: over ``prefix_window_seconds`` at least this many prompt
+    tokens looked up, at most ``prefix_max_hit_ratio`` of them found, while the gateway saw
+    at least ``prefix_min_repeat_ratio`` of them as repeats of earlier prompts
+    (``vllm:prefix_cache_hits_total`` 0 with speculation on a hybrid model, the same
+    18,219-token prompt re-prefilled every time: vllm #54360; z-lab dflash #165)."""
+    prefix_max_hit_ratio: Annotated[float, Field(ge=0, le=1)] = 0.01
+    prefix_min_repeat_ratio: Ratio = 0.3
+    prefix_window_seconds: Seconds = 300.0
     lottery_drafts: Annotated[int, Field(ge=1)] = 200
     """The launch lottery: the first 200 drafts after ready are judged against the mode's
     usual acceptance by position (calibration, past good runs) ..."""

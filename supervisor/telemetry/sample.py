@@ -183,6 +183,9 @@ class Sample:
     gateway_requests_queued: int | None = None
     gateway_prompt_tokens_in_flight: int | None = None
     gateway_prompt_tokens_queued: int | None = None
+    gateway_repeated_prefix_tokens_total: int | None = None
+    """Prompt tokens of requests whose prefix the gateway saw in an earlier request (a
+    multi-turn agent resending its conversation): what the prefix cache should hit."""
     gateway_parser_errors_total: int | None = None
     """Responses the gateway saw end badly while the engine was fine: tool-call or
     reasoning parser errors, ``content: null`` with ``finish_reason: stop``, a 5xx on one

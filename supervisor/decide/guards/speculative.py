@@ -18,6 +18,9 @@
 - Structured output: xgrammar's "Failed to advance FSM" lines while requests are still
   served (vllm #53777, #53181: HTTP 200): a warning on record; in a crash or a hang the
   same tag is a crash signature (``crash_tags``) and skips speculation (vllm #51660).
+- Prefix caching defeated: prompt tokens the gateway saw repeated, yet the prefix cache
+  hits ~0 of them, with speculation on (vllm #54360: hybrid GDN models with MTP or DFlash
+  re-prefill an identical 18,219-token prompt): a warning on record with the hit ratio.
 - No gain: per-request decode speed (1 / mean time per output token of the requests that
   finished in the period, ``vllm:request_time_per_output_token_seconds``; without that
   histogram, generation tokens/s per running request, vllm #19254) below
@@ -66,7 +69,35 @@ def check(sit: Situation) -> list[Finding]:
     if s is None or s.engine_state is not EngineState.READY or not sit.mode.speculative:
         return []
     return [*_launch_lottery(sit), *_acceptance_anomaly(sit), *_structured_output(sit),
-            *_slower_than_plain(sit)]
+            *_prefix_defeated(sit), *_slower_than_plain(sit)]
+
+
+def _prefix_defeated(sit: Situation) -> list[Finding]:
+    """Repeated prefixes (the gateway saw them) that the prefix cache never hits, with
+    speculation on: a warning on record with the hit ratio (vllm #54360)."""
+    cfg = sit.policy.guards.speculative
+    args = [*sit.policy.engine.args, *sit.mode.args]
+    if "--no-enable-prefix-caching" in args:
+        return []
+    now, span = sit.now_s, cfg.prefix_window_seconds
+    run = Window.of(sit.run_samples())
+    queries = run.increase("prefix_cache_queries_total", now - span, now)
+    hits = run.increase("prefix_cache_hits_total", now - span, now)
+    repeats = run.increase("gateway_repeated_prefix_tokens_total", now - span, now)
+    if queries is None or hits is None or repeats is None \
+            or queries[0] < cfg.prefix_min_query_tokens or queries[1] < 0.8 * span:
+        return []
+    ratio, repeated = hits[0] / queries[0], repeats[0] / queries[0]
+    if ratio > cfg.prefix_max_hit_ratio or repeated < cfg.prefix_min_repeat_ratio:
+        return []
+    s = sit.latest
+    return [Finding(GUARD, "spec_prefix_cache_defeated", Severity.WARNING,
+                    f"prefix cache hit ratio {ratio:.1%} while {repeated:.0%} of the prompt "
+                    f"tokens repeat earlier prompts, with speculation on ({sit.mode.name}): "
+                    "every turn pays its whole prefill again (vllm #54360)",
+                    {"hit_ratio": round(ratio, 4), "repeated_ratio": round(repeated, 3),
+                     "query_tokens": queries[0], "seconds": round(queries[1], 1),
+                     "mode": sit.mode.name}, s.engine_run_id if s else None, Response.RECORD)]
 
 
 def _first_drafts(run: Window, n: float) -> tuple[float, list[float]] | None:
