@@ -3,12 +3,21 @@ store what it delivered, per concurrency: tokens/s per request and in total, tim
 first token, acceptance per draft position, peak memory.
 
 These baselines feed the speculative-decoding guard (is speculation paying for itself
-here?) and tell the operator which rung is really fastest on their box.
+here?), the launch-lottery check (acceptance by position per mode: ``load_acceptance``)
+and tell the operator which rung is really fastest on their box.
+
+With ``profiles`` (``supervisor.load.profiles``: code, short chat, long-form, thinking)
+each rung is also measured on each kind of work; ``propose_order`` then ranks the
+speculative rungs for this fleet and returns the change as a diff of the policy's mode
+order for the operator to apply (no single winner: DSpark beat MTP on code, MTP won long
+essays on the same GB10 weights). Only the ``agent`` profile's rows are stored as the
+baselines the guards read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import time
 from collections.abc import Callable
@@ -20,6 +29,7 @@ import httpx
 from supervisor.act.launcher import EngineLauncher
 from supervisor.errors import ScrapeError
 from supervisor.load.agents import AgentLoad, summarize
+from supervisor.load.profiles import PROFILES, Profile
 from supervisor.policy import Policy
 from supervisor.record.baselines import args_digest
 from supervisor.record.store import Store
@@ -29,7 +39,7 @@ from supervisor.sense.probes import scrape_metrics, served_model
 from supervisor.sense.process_tree import read_process_tree
 from supervisor.states import EngineState
 
-__all__ = ["calibrate"]
+__all__ = ["calibrate", "propose_order"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +79,8 @@ def _tpot_rate(before: dict[str, Any], after: dict[str, Any]) -> float | None:
 
 
 async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: str,
-                   concurrency: int, seconds: float, context: int) -> dict[str, Any]:
+                   concurrency: int, seconds: float, context: int,
+                   profile: Profile | None = None) -> dict[str, Any]:
     base = launcher.base_url
     host = HostReader()
     peak = {"rss": 0, "avail": None}
@@ -88,7 +99,8 @@ async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: s
     before = await _metrics(client, base)
     watcher = asyncio.create_task(watch())
     t0 = time.monotonic()
-    records = await AgentLoad(base, model, concurrency, context_limit_tokens=context).run(seconds)
+    records = await AgentLoad(base, model, concurrency, context_limit_tokens=context,
+                              profile=profile).run(seconds)
     elapsed = time.monotonic() - t0
     done.set()
     await watcher
@@ -108,13 +120,19 @@ async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: s
 
 async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = None,
                     concurrency: tuple[int, ...] = (1, 4), seconds: float = 20.0,
+                    profiles: tuple[str, ...] = (),
                     emit: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Measure each selected mode at each concurrency; store and return the rows.
 
     Each mode: start the engine, warm it up, run the load per concurrency, stop it.
-    A mode whose engine does not become ready is reported and skipped.
-    Raises KeyError for a mode name the policy does not have.
+    A mode whose engine does not become ready is reported and skipped. ``profiles``:
+    measure each mode on these workload profiles too (rows carry ``profile``; only the
+    agent load's rows are stored). Raises KeyError for a mode or profile name that does
+    not exist.
     """
+    for name in profiles:
+        if name not in PROFILES:
+            raise KeyError(name)
     selected = [policy.mode_index(m) for m in modes] if modes else range(len(policy.modes))
     rows: list[dict[str, Any]] = []
     launcher = EngineLauncher(policy)
@@ -125,10 +143,13 @@ async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = N
             await launcher.start(rung=rung)
             try:
                 await _calibrate_mode(launcher, client, policy, store, rung, concurrency,
-                                      seconds, rows, emit)
+                                      seconds, rows, emit, profiles)
             finally:
                 await launcher.stop(reason="calibration of this mode done")
     await launcher.close()
+    if profiles:
+        emit(propose_order(rows, policy) or "the speculative rungs are already in the best "
+             "order for these profiles (or fewer than two were measured)")
     return rows
 
 
@@ -141,7 +162,8 @@ def _tokens(value: object) -> int:
 
 async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, policy: Policy,
                           store: Store, rung: int, concurrency: tuple[int, ...], seconds: float,
-                          rows: list[dict[str, Any]], emit: Callable[[str], None]) -> None:
+                          rows: list[dict[str, Any]], emit: Callable[[str], None],
+                          profiles: tuple[str, ...] = ()) -> None:
     mode = policy.modes[rung]
     if not await _wait_ready(launcher):
         emit(f"{mode.name:12s} did not become ready: skipped")
@@ -167,3 +189,42 @@ async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, p
             peak_rss_bytes=m["peak_rss_bytes"],
             mem_available_min_bytes=m["mem_available_min_bytes"],
             seconds=m["seconds"], requests=m["requests"])
+    for name in profiles:
+        for conc in concurrency:
+            m = await _measure(launcher, client, model, conc, seconds, context, PROFILES[name])
+            rows.append({"mode": mode.name, "concurrency": conc, "profile": name, **m})
+            emit(f"{mode.name:12s} {conc:4d} {m['tokens_per_second_per_request']:9.1f} "
+                 f"{m['tokens_per_second_total']:7.1f} profile {name} "
+                 f"{m['acceptance_by_position'] or '-'}")
+
+
+def propose_order(rows: list[dict[str, Any]], policy: Policy) -> str | None:
+    """The speculative rungs ranked for this fleet, as a diff of the policy's mode order.
+
+    Each profile's total tokens/s of a rung is taken relative to the best rung on that
+    profile (summed over concurrency levels), and the rungs are ranked by the mean of
+    those ratios over the profiles measured (each kind of work weighs the same). Only the
+    speculative rungs move, among the places they already hold; the rest of the ladder
+    stays. Returns the unified diff text, or None when the order is already the best or
+    fewer than two speculative rungs were measured. Pure.
+    """
+    names = [m.name for m in policy.modes]
+    spec = [m.name for m in policy.modes if m.speculative]
+    totals: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r.get("profile") and r["mode"] in spec:
+            per = totals.setdefault(r["profile"], {})
+            per[r["mode"]] = per.get(r["mode"], 0.0) + float(r["tokens_per_second_total"])
+    measured = [m for m in spec if all(m in per for per in totals.values())] if totals else []
+    if len(measured) < 2:
+        return None
+    score = {m: sum(per[m] / max(per.values()) for per in totals.values()) / len(totals)
+             for m in measured}
+    ranked = iter(sorted(measured, key=lambda m: -score[m]))
+    proposed = [next(ranked) if n in measured else n for n in names]
+    if proposed == names:
+        return None
+    lines = [f"  - name: {n}\n" for n in names]
+    new = [f"  - name: {n}   # score {score[n]:.2f}\n" if n in score else f"  - name: {n}\n"
+           for n in proposed]
+    return "".join(difflib.unified_diff(lines, new, "modes (now)", "modes (proposed)"))

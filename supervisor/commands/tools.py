@@ -51,10 +51,11 @@ def calibrate(args: argparse.Namespace) -> int:
     conc = tuple(int(c) for c in args.concurrency.split(","))
     with store_of(policy) as store:
         try:
+            profiles = tuple(p for p in args.profiles.split(",") if p)
             asyncio.run(run_calibration(policy, store, modes=modes, concurrency=conc,
-                                        seconds=args.seconds))
+                                        seconds=args.seconds, profiles=profiles))
         except KeyError as exc:
-            print(f"error: no mode {exc} in {args.policy}", file=sys.stderr)
+            print(f"error: no mode or profile {exc} in {args.policy}", file=sys.stderr)
             return EXIT_USAGE
     return EXIT_OK
 

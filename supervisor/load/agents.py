@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from supervisor.load.profiles import Profile
+
 __all__ = ["AgentLoad", "RequestRecord", "summarize"]
 
 _TOOL_RESULTS = [
@@ -55,6 +57,8 @@ class AgentLoad:
     seed: int = 0
     timeout_seconds: float = 120.0
     records: list[RequestRecord] = field(default_factory=list)
+    profile: Profile | None = None
+    """The work (``supervisor.load.profiles``); None: the agent turns above, ``max_tokens``."""
 
     async def run(self, seconds: float) -> list[RequestRecord]:
         """Run every session for ``seconds`` (a request in flight then finishes)."""
@@ -67,21 +71,24 @@ class AgentLoad:
 
     async def _session(self, client: httpx.AsyncClient, i: int, deadline: float) -> None:
         rng = random.Random(self.seed * 1000 + i)
-        history = [{"role": "user", "content": rng.choice(_ASKS)}]
+        asks = self.profile.asks if self.profile else _ASKS
+        follow = self.profile.follow_ups if self.profile else _TOOL_RESULTS
+        max_tokens = self.profile.max_tokens if self.profile else self.max_tokens
+        history = [{"role": "user", "content": rng.choice(asks)}]
         while time.monotonic() < deadline:
-            record, answer = await self._one(client, history)
+            record, answer = await self._one(client, history, max_tokens)
             self.records.append(record)
             if not record.ok:
                 await asyncio.sleep(0.5)
                 continue
             history += [{"role": "assistant", "content": answer},
-                        {"role": "user", "content": rng.choice(_TOOL_RESULTS)}]
-            if record.prompt_tokens + 2 * self.max_tokens + 64 > self.context_limit_tokens:
-                history = [{"role": "user", "content": rng.choice(_ASKS)}]
+                        {"role": "user", "content": rng.choice(follow)}]
+            if record.prompt_tokens + 2 * max_tokens + 64 > self.context_limit_tokens:
+                history = [{"role": "user", "content": rng.choice(asks)}]
 
-    async def _one(self, client: httpx.AsyncClient,
-                   history: list[dict]) -> tuple[RequestRecord, str]:
-        body = {"model": self.model, "messages": history, "max_tokens": self.max_tokens,
+    async def _one(self, client: httpx.AsyncClient, history: list[dict],
+                   max_tokens: int) -> tuple[RequestRecord, str]:
+        body = {"model": self.model, "messages": history, "max_tokens": max_tokens,
                 "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
         t0 = time.monotonic()
         ttft = None

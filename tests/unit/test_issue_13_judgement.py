@@ -106,3 +106,39 @@ def test_issue_13_one_restart_for_a_bad_launch_then_spec_degraded() -> None:
         ladder, since_s=0.0, handled_run_id="r1")))
     assert all(d.action is Action.HOLD for _, d in replayed)
     assert any(f.kind == "spec_degraded" for _, d in replayed for f in d.findings)
+
+
+GB10_LADDER = """
+fleet: t
+engine: {executable: vllm}
+modes:
+  - {name: mtp, args: {--speculative-config: {method: mtp, num_speculative_tokens: 3}}}
+  - {name: dspark, args: {--speculative-config: {method: dspark, num_speculative_tokens: 5}}}
+  - {name: nospec, args: {}}
+"""
+
+
+def _row(mode: str, profile: str, total: float) -> dict:
+    return {"mode": mode, "profile": profile, "concurrency": 1, "tokens_per_second_total": total}
+
+
+def test_issue_13_calibration_proposes_the_order_of_speculative_rungs() -> None:
+    from supervisor.calibrate import propose_order
+    from supervisor.policy import load_policy
+    policy = load_policy(GB10_LADDER)
+    # The GB10 report: DSpark 51.5 vs MTP 34.5 tok/s on code, MTP 24.1 vs 18.3 on long
+    # essays; thinking (gain shrinks) filled in at 20.0 vs 19.0.
+    rows = [_row("dspark", "code", 51.5), _row("mtp", "code", 34.5),
+            _row("dspark", "long_form", 18.3), _row("mtp", "long_form", 24.1),
+            _row("dspark", "thinking", 20.0), _row("mtp", "thinking", 19.0),
+            _row("nospec", "code", 20.0),
+            {"mode": "mtp", "concurrency": 1, "tokens_per_second_total": 99.0}]  # agent load
+    diff = propose_order(rows, policy)
+    assert diff is not None
+    assert "-  - name: mtp\n" in diff and "+  - name: dspark   # score 0.92\n" in diff
+    assert "+  - name: mtp   # score 0.87\n" in diff
+    assert " - name: nospec\n" in diff                 # the plain rung stays where it is
+    # A fleet of essay writers: MTP keeps the top rung, nothing to change.
+    essays = [r for r in rows if r.get("profile") == "long_form"]
+    assert propose_order(essays, policy) is None
+    assert propose_order([_row("mtp", "code", 1.0)], policy) is None
