@@ -125,3 +125,18 @@ async def test_a_dead_webhook_never_blocks() -> None:
 def test_unknown_format_is_refused(fmt: str) -> None:
     with pytest.raises(ValueError, match="format must be generic or slack"):
         AlertSpec(webhook_url="http://x", format=fmt)
+
+
+async def test_issue_13_a_crash_precursor_warning_is_alerted_though_nothing_acts() -> None:
+    rx = Receiver()
+    alerter = Alerter(AlertSpec(webhook_url=rx.url, min_interval_seconds=60), "fleet-a")
+    alerter.start()
+    try:
+        assert alerter.notify(incident("spec_acceptance_anomaly", "warning"), None)
+        assert not alerter.notify(incident("spec_structured_output", "warning"), None)
+        await until(lambda: len(rx.bodies) == 1)
+        assert (rx.bodies[0]["kind"], rx.bodies[0]["severity"]) == (
+            "spec_acceptance_anomaly", "warning")
+    finally:
+        await alerter.close()
+        rx.close()
