@@ -314,6 +314,8 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
     # A step down that waits for a calm moment must not hold back one that cannot wait.
     when_calm = (Response.SKIP_SPECULATION_WHEN_CALM, Response.RESTART_WHEN_CALM)
     urgent = [f for f in warnings if f.response not in when_calm]
+    # A relaunch of the same rung yields to any warning that wants a safer one.
+    urgent.sort(key=lambda f: f.response is Response.RELAUNCH)
     w, found = (urgent or warnings)[0], tuple(findings)
     mode = _name(sit, ladder.rung)
     if ladder.paused or ladder.pinned is not None:
