@@ -31,7 +31,9 @@ def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_fact
 
     trace = tmp_path / "trace.jsonl"
     svc = service_factory(policy, ["--record", str(trace)])
-    (run1,) = svc.ready_runs(1)
+    # A start that fails on this shared box (a semaphore of /dev/shm gone under the
+    # starting engine was seen) is retried by the supervisor: judge the ready run.
+    run1 = next(r for r in svc.ready_runs(1) if r.ready_at is not None)
     assert run1.mode == "mtp2"
     stop = threading.Event()
     records = []
@@ -46,7 +48,8 @@ def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_fact
     thread.start()
     try:
         tr = svc.wait("step down for speed", lambda: svc.store.transitions(), timeout=240)[0]
-        svc.ready_runs(2)
+        svc.wait("the no-speculation run ready", lambda: any(
+            r.mode == "nospec" and r.ready_at is not None for r in svc.store.runs()))
         n = len(records)
         svc.wait("traffic on the new engine", lambda: len(records) > n + 16, timeout=120)
     finally:
@@ -62,7 +65,7 @@ def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_fact
     assert evidence["baseline_mode"] == "nospec" and evidence["baseline_concurrency"] == 4
     assert evidence["tokens_per_second_per_request"] < 0.9 * evidence[
         "baseline_tokens_per_second_per_request"]
-    runs = svc.ready_runs(2)
+    runs = [r for r in reversed(svc.store.runs()) if r.ready_at is not None]
     assert runs[-1].mode == "nospec" and "--speculative-config" not in runs[-1].argv
     assert svc.stop() == 0
 
