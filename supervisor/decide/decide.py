@@ -47,7 +47,7 @@ from supervisor.decide.guards import ALL
 from supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
 from supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
 from supervisor.decide.recommended import RECOMMENDED, recommend
-from supervisor.policy import Policy
+from supervisor.policy import Mode, Policy
 from supervisor.states import CrashReason, EngineState
 from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.window import Window
@@ -257,7 +257,7 @@ def _reload(sit: Situation, findings: list[Finding]) -> Decision | None:
                     tuple(findings))
 
 
-def context_cap(mode) -> int | None:
+def context_cap(mode: Mode) -> int | None:
     """The longest prompt a mode takes: ``--max-model-len`` or the gateway's
     ``max_prompt_tokens``, whichever is lower (None: no cap)."""
     caps = [c for c in (mode.args.get("--max-model-len"), mode.gateway.max_prompt_tokens)
@@ -343,30 +343,11 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
             return Decision(Action.HOLD, ladder.rung, f"{w.summary}: load shed {waited:.0f} s "
                             f"ago; stepping down if it persists {policy.hysteresis.shed_seconds:g}"
                             " s", found)
-    target = ladder.rung + 1
-    if w.response is Response.SHED_FIRST_FEWER_SEQUENCES:
-        target = policy.first_rung_with_fewer_sequences_below(ladder.rung) or target
-    if w.response is Response.RESTART_WHEN_CALM:
-        target = ladder.rung                # the same mode, its leaked memory handed back
+    target = _target(sit, w)
     if w.response in when_calm:
-        if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
-            # A rung without speculation, or with vLLM's dynamic k that stops speculating
-            # on large batches (keeps it for small ones).
-            target = policy.first_rung_sparing_large_batches_below(ladder.rung) or target
-        cfg = policy.guards.speculative
-        max_wait = (policy.guards.memory_forecast.creep_calm_max_wait_seconds
-                    if w.response is Response.RESTART_WHEN_CALM else cfg.calm_max_wait_seconds)
-        s = sit.latest
-        # Unknown load is never calm (a missing series is not an idle engine).
-        calm = s is not None and s.requests_running is not None \
-            and s.requests_waiting is not None \
-            and s.requests_running <= cfg.calm_max_requests and not s.requests_waiting
-        waited = now - (ladder.deferred_since_s or now)
-        if not calm and waited < max_wait:
-            what = "restart of" if target == ladder.rung else "step down to"
-            return Decision(Action.HOLD, ladder.rung, f"{w.summary}: {what} "
-                            f"{_name(sit, target)} deferred to a calm moment ({waited:.0f} s "
-                            f"of {max_wait:g} s)", found)
+        deferred = _deferred(sit, w, target, found)
+        if deferred is not None:
+            return deferred
     if target > bottom:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: already on the safest rung",
                         found)
@@ -379,6 +360,40 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
                         f"restart {_name(sit, target)}", found)
     return Decision(Action.STEP_DOWN, target, f"{w.summary} -> step down to "
                     f"{_name(sit, target)}", found)
+
+
+def _target(sit: Situation, w: Finding) -> int:
+    """Where a graceful step for warning ``w`` goes."""
+    ladder, policy = sit.ladder, sit.policy
+    if w.response is Response.SHED_FIRST_FEWER_SEQUENCES:
+        return policy.first_rung_with_fewer_sequences_below(ladder.rung) or ladder.rung + 1
+    if w.response is Response.RESTART_WHEN_CALM:
+        return ladder.rung                  # the same mode, its leaked memory handed back
+    if w.response is Response.SKIP_SPECULATION_WHEN_CALM:
+        # A rung without speculation, or with vLLM's dynamic k that stops speculating on
+        # large batches (keeps it for small ones).
+        return policy.first_rung_sparing_large_batches_below(ladder.rung) or ladder.rung + 1
+    return ladder.rung + 1
+
+
+def _deferred(sit: Situation, w: Finding, target: int,
+              found: tuple[Finding, ...]) -> Decision | None:
+    """HOLD while a when-calm step waits for a calm moment (at most its wait), or None."""
+    ladder, policy = sit.ladder, sit.policy
+    cfg = policy.guards.speculative
+    max_wait = (policy.guards.memory_forecast.creep_calm_max_wait_seconds
+                if w.response is Response.RESTART_WHEN_CALM else cfg.calm_max_wait_seconds)
+    s = sit.latest
+    # Unknown load is never calm (a missing series is not an idle engine).
+    calm = s is not None and s.requests_running is not None \
+        and s.requests_waiting is not None \
+        and s.requests_running <= cfg.calm_max_requests and not s.requests_waiting
+    waited = sit.now_s - (ladder.deferred_since_s or sit.now_s)
+    if calm or waited >= max_wait:
+        return None
+    what = "restart of" if target == ladder.rung else "step down to"
+    return Decision(Action.HOLD, ladder.rung, f"{w.summary}: {what} {_name(sit, target)} "
+                    f"deferred to a calm moment ({waited:.0f} s of {max_wait:g} s)", found)
 
 
 def _pinned(sit: Situation, findings: list[Finding]) -> Decision | None:

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "supervisor"
 
 #: Shared vocabulary, importable from every floor; they import only one another.
 BASE = frozenset({"__init__", "errors", "states", "policy", "policy_guards", "policy_gateway",
-                  "policy_holder", "policy_yaml",
+                  "policy_holder", "policy_yaml", "policy_thresholds", "policy_spec",
                   "privacy", "serve"})
 #: The floors, lowest first: each may import the base and the floors below it.
 FLOORS = ("telemetry", "sense", "decide", "act", "record", "show")
@@ -31,7 +31,7 @@ BESIDE = {
 #: On top, lowest first: each may import everything below it.
 TOP = ("runtime", "calibrate", "chaos", "service", "commands", "cli", "__main__")
 #: decide/ is pure: no floor but telemetry, no base module but these.
-DECIDE_MAY = {"telemetry", "policy", "policy_guards", "states"}
+DECIDE_MAY = {"telemetry", "policy", "policy_guards", "policy_thresholds", "states"}
 
 
 def allowed(src: str) -> set[str]:

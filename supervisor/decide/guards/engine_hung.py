@@ -29,6 +29,8 @@ speculation at once; a hang with a huge prompt in flight asks for a rung with a 
 
 from __future__ import annotations
 
+from typing import Any
+
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
 from supervisor.decide.guards.speculative import crash_signatures
@@ -69,10 +71,32 @@ def _stall(sit: Situation, known: list[Sample]) -> tuple[float, float, Sample] |
 def _power_hint(sit: Situation, span: list[Sample]) -> bool:
     """Busy at idle power on every sample of the stall that has both readings."""
     cfg = sit.policy.guards.engine_hung
-    read = [x for x in span if x.gpu_utilization_ratio is not None and x.gpu_power_w is not None]
-    return bool(read) and read[-1].t_s - read[0].t_s >= cfg.power_hint_stall_seconds / 2 and all(
-        x.gpu_utilization_ratio >= cfg.power_hint_utilization_ratio
-        and x.gpu_power_w <= cfg.power_hint_max_w for x in read)
+    read = [(x.t_s, x.gpu_utilization_ratio, x.gpu_power_w) for x in span
+            if x.gpu_utilization_ratio is not None and x.gpu_power_w is not None]
+    return bool(read) and read[-1][0] - read[0][0] >= cfg.power_hint_stall_seconds / 2 and all(
+        util >= cfg.power_hint_utilization_ratio and watts <= cfg.power_hint_max_w
+        for _, util, watts in read)
+
+
+def _verdict(sit: Situation, last: Sample, flat: float, hint: bool, prompt: int, where: str,
+             evidence: dict[str, Any]) -> Finding:
+    """The hang, with the response its circumstances call for."""
+    cfg, s = sit.policy.guards.engine_hung, sit.latest
+    assert s is not None
+    summary = (f"engine hung: {load_of(last):g} requests {where}, no engine step or token "
+               f"for {flat:.0f} s, canary failed"
+               + (f" (GPU busy at {last.gpu_power_w:g} W)" if hint else ""))
+    response = Response.RESTART
+    signatures = crash_signatures(sit) if sit.mode.speculative else []
+    if signatures:
+        evidence["speculative_signatures"] = signatures
+        summary += f"; {', '.join(signatures)} in its logs with speculation on"
+        response = Response.SKIP_SPECULATION
+    elif prompt >= cfg.huge_prompt_tokens:
+        summary += f" with {prompt} prompt tokens in flight"
+        response = Response.CAP_CONTEXT
+    return Finding(GUARD, "engine_hung", Severity.CRITICAL, summary, evidence,
+                   s.engine_run_id, response)
 
 
 def check(sit: Situation) -> list[Finding]:
@@ -124,20 +148,7 @@ def check(sit: Situation) -> list[Finding]:
         and s.canary_finished_s >= since
     where = "held by the gateway, none in the engine" if stuck else "in flight"
     if flat >= window and failed:
-        summary = (f"engine hung: {load_of(last):g} requests {where}, no engine step or "
-                   f"token for {flat:.0f} s, canary failed"
-                   + (f" (GPU busy at {last.gpu_power_w:g} W)" if hint else ""))
-        response = Response.RESTART
-        signatures = crash_signatures(sit) if sit.mode.speculative else []
-        if signatures:
-            evidence["speculative_signatures"] = signatures
-            summary += f"; {', '.join(signatures)} in its logs with speculation on"
-            response = Response.SKIP_SPECULATION
-        elif prompt >= cfg.huge_prompt_tokens:
-            summary += f" with {prompt} prompt tokens in flight"
-            response = Response.CAP_CONTEXT
-        return [Finding(GUARD, "engine_hung", Severity.CRITICAL, summary, evidence,
-                        s.engine_run_id, response)]
+        return [_verdict(sit, last, flat, hint, prompt, where, evidence)]
     suspect_after = sit.policy.sampling.canary_after_seconds if hint \
         else cfg.suspect_seconds + allowance
     if flat >= suspect_after and s.canary_pending:

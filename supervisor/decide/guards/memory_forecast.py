@@ -63,6 +63,8 @@ def _creep(sit: Situation) -> list[Finding]:
     floor = sit.policy.guards.memory_floor.min_available_bytes
     creep_floor = cfg.creep_floor_bytes if cfg.creep_floor_bytes is not None else 2 * floor
     s = sit.latest
+    if s is None or s.engine_state_since_s is None:
+        return []
     start = s.engine_state_since_s + cfg.ignore_after_ready_seconds
     pts = [(x.t_s, float(x.mem_available_bytes)) for x in sit.run_samples()
            if x.t_s >= start and x.mem_available_bytes is not None]

@@ -245,7 +245,6 @@ def _slower_than_plain(sit: Situation) -> list[Finding]:
         if gen is None or not running or min(running) < 1:
             return []                       # idle spells: the per-request rate means nothing
         per_request, source = gen / mean_running, "generation tokens/s per running request"
-        finished = (None, None)
     conc, base = min(baseline, key=lambda b: abs(b[0] - mean_running))
     if per_request >= cfg.slower_ratio * base:
         return []
@@ -255,7 +254,7 @@ def _slower_than_plain(sit: Situation) -> list[Finding]:
                     f"{base:.0f} at {conc:g}: speculation does not pay",
                     {"mode": sit.mode.name,
                      "tokens_per_second_per_request": round(per_request, 1),
-                     "requests_finished": finished[0],
+                     "requests_finished": finished[0] if finished is not None else None,
                      "requests_running_mean": round(mean_running, 2),
                      "baseline_mode": plain_mode, "baseline_concurrency": conc,
                      "baseline_tokens_per_second_per_request": base,

@@ -66,7 +66,7 @@ def _soc(sit: Situation) -> list[Finding]:
     cfg = sit.policy.guards.thermal
     s = sit.latest
 
-    def hot(x) -> bool:
+    def hot(x: Sample) -> bool:
         return x.host_temperature_c is not None \
             and x.host_temperature_c >= cfg.max_host_temperature_c
 
@@ -96,7 +96,7 @@ def _low_power(sit: Situation) -> list[Finding]:
               >= cfg.low_power_utilization_ratio]
     if len(loaded) < 2 or loaded[-1].t_s - loaded[0].t_s < 0.8 * cfg.low_power_sustain_seconds:
         return []
-    if not all(x.gpu_sm_clock_mhz <= cfg.low_clock_ratio * x.gpu_sm_clock_max_mhz
+    if not all((x.gpu_sm_clock_mhz or 0.0) <= cfg.low_clock_ratio * (x.gpu_sm_clock_max_mhz or 0.0)
                and not (bad & set(x.gpu_clock_event_reasons or ())) for x in loaded):
         return []
     s = loaded[-1]
