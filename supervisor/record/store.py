@@ -1,5 +1,7 @@
 """The incident store: engine runs, incidents, mode transitions, baselines, through
-SQLAlchemy 2; ``apply`` writes any record (``records``) exactly once.
+SQLAlchemy 2; ``apply`` writes any record (``records``) exactly once, and is the one
+write path for runs, incidents, transitions, telemetry and service lives (tests write
+through it too; only calibration's ``add_baseline`` writes beside it).
 
 SQLite (WAL, busy timeout) is the default; PostgreSQL works with the same code for a
 fleet sharing one database (rows carry the fleet and host name). Calls are synchronous
@@ -15,14 +17,13 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from supervisor.act.incident import Incident, Transition
+from supervisor.act.incident import Incident
 from supervisor.errors import StoreError
 from supervisor.record import writes
 from supervisor.record.database import (
@@ -40,7 +41,7 @@ from supervisor.record.models import (
     ModeBaselineRow,
     ModeTransitionRow,
 )
-from supervisor.record.records import AddRun, Record
+from supervisor.record.records import Record
 
 __all__ = [
     "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "Incident", "Store", "downgrade",
@@ -106,24 +107,6 @@ class Store:
 
     # -- engine runs ------------------------------------------------------------------
 
-    def add_run(
-        self, *, run_id: str, mode: str, rung: int, argv: list[str], pid: int | None,
-        port: int, log_path: str, started_at: datetime, engine_version: str | None = None,
-    ) -> None:
-        """Record an engine run at launch (argv masked: ``privacy.mask_argv``)."""
-        with self.session() as s:
-            writes.insert_run(s, fleet=self.fleet, host=self.host, record=AddRun(
-                run_id=run_id, mode=mode, rung=rung, argv=list(argv), pid=pid, port=port,
-                log_path=log_path, started_at=started_at, engine_version=engine_version))
-
-    def update_run(self, *, run_id: str, **values: Any) -> None:
-        """Set columns of the run ``run_id`` (ready_at, ended_at, exit_code, outcome, ...).
-
-        Raises: StoreError if there is no such run or a column name is unknown.
-        """
-        with self.session() as s:
-            writes.update_run(s, run_id=run_id, values=values)
-
     def apply(self, record: Record) -> bool:
         """Write ``record`` and its idempotency key in one transaction.
 
@@ -166,12 +149,6 @@ class Store:
 
     # -- incidents and transitions ---------------------------------------------------
 
-    def add_incident(self, *, incident: Incident) -> int:
-        """Record an incident (log tail masked); returns its id."""
-        with self.session() as s:
-            return writes.insert_incident(s, fleet=self.fleet, host=self.host,
-                                          incident=incident)
-
     def incidents(
         self, *, since: datetime | None = None, kind: str | None = None, limit: int = 100
     ) -> list[IncidentRow]:
@@ -183,17 +160,6 @@ class Store:
             if kind is not None:
                 q = q.where(IncidentRow.kind == kind)
             return list(s.scalars(q.order_by(IncidentRow.id.desc()).limit(limit)))
-
-    def add_transition(
-        self, *, at: datetime, from_mode: str | None, to_mode: str, from_rung: int | None,
-        to_rung: int, reason: str, actor: str, incident_id: int | None = None,
-    ) -> int:
-        """Record a mode transition; returns its id."""
-        with self.session() as s:
-            return writes.insert_transition(s, fleet=self.fleet, host=self.host,
-                                            transition=Transition(
-                at=at, from_mode=from_mode, to_mode=to_mode, from_rung=from_rung,
-                to_rung=to_rung, reason=reason, actor=actor), incident_id=incident_id)
 
     def transitions(self, *, limit: int = 100) -> list[ModeTransitionRow]:
         """This fleet's mode transitions, newest first."""

@@ -47,8 +47,7 @@ class RecordWriter:
     ``submit(record)`` queues a record (``supervisor.record.records``) and returns at
     once; ``flush()`` waits until every queued record was written or spooled. Without
     ``spool_path`` a record the database refuses is logged and lost (tests, one-shot
-    commands). A callable ``submit(fn)`` (``fn(store)``, the older form) still runs in
-    order but cannot be spooled: a failure is logged.
+    commands).
     """
 
     def __init__(self, store: Store, *, spool_path: Path | None = None,
@@ -84,9 +83,9 @@ class RecordWriter:
                         self.spool.path if self.spool else None, self.spooled)
             self.replay_spool()
 
-    def submit(self, item: Record | Callable[[Store], Any]) -> None:
-        """Queue a record (or ``fn(store)``); it is applied after every earlier one."""
-        self._queue.put_nowait(item)
+    def submit(self, record: Record) -> None:
+        """Queue ``record``; it is applied after every earlier one."""
+        self._queue.put_nowait(record)
 
     def replay_spool(self) -> None:
         """Queue a replay of the spool (the service's timer calls this, e.g. every 30 s)."""
@@ -126,19 +125,8 @@ class RecordWriter:
         """Runs in the worker thread."""
         if item is _REPLAY:
             self._replay()
-        elif isinstance(item, Record):
-            self._write(item)
         else:
-            self._call(item)
-
-    def _call(self, fn: Callable[[Store], Any]) -> None:
-        try:
-            fn(self.store)
-        except StoreError as exc:
-            self.failed_writes += 1
-            self.lost_writes += 1
-            logger.error("store write %s failed (not spoolable): %s",
-                         getattr(fn, "__name__", fn), exc)
+            self._write(item)
 
     def _write(self, record: Record) -> None:
         if self.spool is not None and len(self.spool):

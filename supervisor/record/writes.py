@@ -1,7 +1,7 @@
 """Row writes inside one open session: the single place records become rows.
 
-``Store`` methods and ``Store.apply`` both call these, so a direct write and a replayed
-record produce the same rows. Secrets are masked here, before anything is written
+``Store.apply`` calls these (``apply_to_session``), so a record written at once and one
+replayed from the spool produce the same rows. Secrets are masked here, before anything is written
 (``privacy``). Raises StoreError for a write that can never succeed (an unknown run or
 column); database errors surface as SQLAlchemy exceptions for the caller to translate.
 """

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from supervisor.errors import StoreError
-from supervisor.record.records import StartService
+from supervisor.record.records import AddRun, StartService
 from supervisor.record.store import Store, make_engine
 from supervisor.record.writer import RecordWriter
 from tests.conftest import PG_URL
@@ -122,8 +122,8 @@ async def test_postgresql_read_only_is_waited_out_not_rejected(pg_url: str,
     """A read-only server (a standby after a failover) refuses writes with SQLSTATE
     25006: the records wait in the spool, and a writable server takes them once."""
     store = Store.open(pg_url, fleet="f", host="h")
-    store.add_run(run_id="r1", mode="fast", rung=0, argv=["vllm"], pid=1, port=8000,
-                  log_path="/l", started_at=T0)
+    store.apply(AddRun(run_id="r1", mode="fast", rung=0, argv=["vllm"], pid=1, port=8000,
+                       log_path="/l", started_at=T0))
     store.apply(StartService(service_run_id="s1", pid=1, boot_id="b", started_at=T0))
     read_only = Store(make_engine(pg_url + "%20-cdefault_transaction_read_only%3Don"),
                       fleet="f", host="h")

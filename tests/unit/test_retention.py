@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from supervisor.act.incident import Incident
+from supervisor.act.incident import Incident, Transition
 from supervisor.record.models import AppliedRecordRow, IncidentRow, TelemetryRow
-from supervisor.record.records import TelemetryPoint
+from supervisor.record.records import AddIncident, AddRun, TelemetryPoint, UpdateRun
 from supervisor.record.retention import run_retention
 from supervisor.record.service_runs import start_service_run, stop_service_run
 from supervisor.record.store import Store
@@ -50,16 +50,15 @@ def test_retention_folds_and_deletes(url: str) -> None:
                                                   resolution_seconds=60)])
     old, recent = NOW - timedelta(days=400), NOW - timedelta(days=10)
     for store in (a, other):
-        iid = store.add_incident(incident=incident(old))
-        store.add_transition(at=old + timedelta(seconds=1), from_mode="fast", to_mode="safe",
-                             from_rung=0, to_rung=1, reason="r", actor="guard:x",
-                             incident_id=iid)
-        store.add_incident(incident=incident(recent, "recent"))
-    a.add_run(run_id="old-ended", mode="fast", rung=0, argv=[], pid=1, port=1, log_path="",
-              started_at=old)
-    a.update_run(run_id="old-ended", ended_at=old + timedelta(hours=1))
-    a.add_run(run_id="old-open", mode="fast", rung=0, argv=[], pid=2, port=1, log_path="",
-              started_at=old)
+        store.apply(AddIncident(incident=incident(old), transition=Transition(
+            at=old + timedelta(seconds=1), from_mode="fast", to_mode="safe", from_rung=0,
+            to_rung=1, reason="r", actor="guard:x")))
+        store.apply(AddIncident(incident=incident(recent, "recent")))
+    a.apply(AddRun(run_id="old-ended", mode="fast", rung=0, argv=[], pid=1, port=1,
+                   log_path="", started_at=old))
+    a.apply(UpdateRun(run_id="old-ended", values={"ended_at": old + timedelta(hours=1)}))
+    a.apply(AddRun(run_id="old-open", mode="fast", rung=0, argv=[], pid=2, port=1,
+                   log_path="", started_at=old))
     life = start_service_run(store=a, boot_id="x", started_at=old)
     stop_service_run(store=a, service_run_id=life.service_run_id, at=old, exit_code=0)
     with a.session() as s:
@@ -94,7 +93,7 @@ def test_retention_folds_and_deletes(url: str) -> None:
 
 def test_retention_periods_are_arguments(url: str) -> None:
     store = Store.open(url, fleet="f", host="h")
-    store.add_incident(incident=incident(NOW - timedelta(days=3)))
+    store.apply(AddIncident(incident=incident(NOW - timedelta(days=3))))
     add_telemetry(store=store, points=fine_rows(NOW - timedelta(days=3), 6))
     counts = run_retention(store=store, now=NOW, telemetry_retention_days=2,
                            incident_retention_days=2)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.incident import Incident
+from supervisor.act.incident import Incident, Transition
 from supervisor.record.queries import engine_runs, incident, incident_transitions, timeline
-from supervisor.record.records import TelemetryPoint
+from supervisor.record.records import AddIncident, AddRun, AddTransition, TelemetryPoint
 from supervisor.record.service_runs import service_runs, start_service_run
 from supervisor.record.store import Store
 from supervisor.record.telemetry import add_telemetry, telemetry
@@ -27,9 +27,10 @@ T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f", host="h1")
-    store.add_run(run_id="r1", mode="mtp2", rung=0, pid=7, port=8000, log_path="/l/r1.log",
-                  started_at=T0, argv=["vllm", "serve", "m", "--api-key", "sk-1"])
-    iid = store.add_incident(incident=Incident(
+    store.apply(AddRun(run_id="r1", mode="mtp2", rung=0, pid=7, port=8000,
+                       log_path="/l/r1.log", started_at=T0,
+                       argv=["vllm", "serve", "m", "--api-key", "sk-1"]))
+    store.apply(AddIncident(incident=Incident(
         kind="nv_err_no_memory", severity="emergency", started_at=T0 + timedelta(minutes=5),
         action="kill_now", explanation="NV_ERR_NO_MEMORY in the kernel log: kill, step down",
         mode="mtp2", rung=0, run_id="r1", outcome="stepped down to nospec",
@@ -39,12 +40,13 @@ def store(tmp_path: Path) -> Store:
                                 "events": ["xid:31"], "swap": None},
                    "run_id": "r1", "response": "kill"}],
         kernel_lines=["NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY"],
-        log_tail="INFO starting\nERROR CUDA error: out of memory"))
-    store.add_transition(at=T0 + timedelta(minutes=5), from_mode="mtp2", to_mode="nospec",
-                         from_rung=0, to_rung=1, reason="NV_ERR_NO_MEMORY",
-                         actor="guard:memory_floor", incident_id=iid)
-    store.add_transition(at=T0 + timedelta(hours=2), from_mode="nospec", to_mode="mtp2",
-                         from_rung=1, to_rung=0, reason="calm for 2 h", actor="schedule")
+        log_tail="INFO starting\nERROR CUDA error: out of memory"),
+        transition=Transition(at=T0 + timedelta(minutes=5), from_mode="mtp2",
+                              to_mode="nospec", from_rung=0, to_rung=1,
+                              reason="NV_ERR_NO_MEMORY", actor="guard:memory_floor")))
+    store.apply(AddTransition(transition=Transition(
+        at=T0 + timedelta(hours=2), from_mode="nospec", to_mode="mtp2", from_rung=1,
+        to_rung=0, reason="calm for 2 h", actor="schedule")))
     add_telemetry(store=store, points=[TelemetryPoint(at=T0, mem_available_bytes=5,
                                                       mode="mtp2")])
     start_service_run(store=store, boot_id="b", started_at=T0, pid=1)
@@ -75,9 +77,10 @@ def test_incident_detail_shows_all_the_evidence(store: Store) -> None:
 
 
 def test_incident_detail_of_a_bare_incident(store: Store) -> None:
-    iid = store.add_incident(incident=Incident(kind="k", severity="info", started_at=T0,
-                                               action="hold", explanation="x"))
-    text = incident_detail(incident(store=store, incident_id=iid))
+    store.apply(AddIncident(incident=Incident(kind="k", severity="info", started_at=T0,
+                                              action="hold", explanation="x")))
+    (row,) = store.incidents(kind="k")
+    text = incident_detail(incident(store=store, incident_id=row.id))
     assert "findings: none" in text and "kernel lines: none" in text
     assert "engine log tail: none" in text and "mode transitions" not in text
 

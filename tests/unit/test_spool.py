@@ -172,12 +172,12 @@ async def test_without_a_spool_a_refused_write_is_counted_lost(tmp_path: Path) -
     writer = RecordWriter(store)
     writer.start()
     writer.submit(UpdateRun(run_id="nope", values={}))
-    writer.submit(lambda s: s.update_run(run_id="nope"))      # the older callable form
+    writer.submit(UpdateRun(run_id="nope", values={"outcome": "crashed"}))
     await writer.flush()
     assert (writer.failed_writes, writer.lost_writes) == (2, 2)
     await writer.close()
-    with pytest.raises(StoreError):
-        store.update_run(run_id="nope")
+    with pytest.raises(StoreError, match="no engine run 'nope'"):
+        store.apply(UpdateRun(run_id="nope", values={}))
     assert os.path.exists(tmp_path / "s.db")
 
 

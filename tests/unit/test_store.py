@@ -13,10 +13,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from supervisor.act.incident import Incident
+from supervisor.act.incident import Incident, Transition
 from supervisor.errors import StoreError
 from supervisor.record.models import Base
-from supervisor.record.records import AddRun
+from supervisor.record.records import AddIncident, AddRun, UpdateRun
 from supervisor.record.store import Store, downgrade, make_engine, upgrade
 
 TABLES = {"engine_runs", "incidents", "mode_transitions", "mode_baselines", "telemetry",
@@ -48,13 +48,16 @@ def test_0003_downgrades_and_upgrades_with_rows_in_place(url: str) -> None:
     upgrade(engine)
     store = Store(engine, fleet="f", host="h")
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    store.add_run(run_id="r1", mode="m", rung=0, argv=["vllm"], pid=1, port=8000,
-                  log_path="/l", started_at=t0, engine_version="0.32.0")
-    iid = store.add_incident(incident=Incident(kind="k", severity="info", started_at=t0,
-                                               ended_at=t0 + timedelta(minutes=1),
-                                               action="hold", explanation="x"))
-    store.add_transition(at=t0, from_mode="m", to_mode="n", from_rung=0, to_rung=1,
-                         reason="r", actor="operator", incident_id=iid)
+    store.apply(AddRun(run_id="r1", mode="m", rung=0, argv=["vllm"], pid=1, port=8000,
+                       log_path="/l", started_at=t0, engine_version="0.32.0"))
+    store.apply(AddIncident(
+        incident=Incident(kind="k", severity="info", started_at=t0,
+                          ended_at=t0 + timedelta(minutes=1), action="hold", explanation="x"),
+        transition=Transition(at=t0, from_mode="m", to_mode="n", from_rung=0, to_rung=1,
+                              reason="r", actor="operator")))
+    (before,) = store.incidents()
+    iid = before.id
+    assert store.transitions()[0].incident_id == iid
     downgrade(engine, "0002")
     names = set(inspect(engine).get_table_names())
     assert not names & {"telemetry", "service_runs", "applied_records"}
@@ -90,20 +93,24 @@ def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
 def test_records_round_trip(url: str) -> None:
     store = Store.open(url, fleet="f", host="h1")
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    store.add_run(run_id="r1", mode="mtp2", rung=0, argv=["vllm", "serve", "m"], pid=42,
-                  port=8000, log_path="/l/r1.log", started_at=t0)
-    store.update_run(run_id="r1", ready_at=t0 + timedelta(seconds=30), startup_seconds=30.0)
+    store.apply(AddRun(run_id="r1", mode="mtp2", rung=0, argv=["vllm", "serve", "m"], pid=42,
+                       port=8000, log_path="/l/r1.log", started_at=t0))
+    store.apply(UpdateRun(run_id="r1", values={"ready_at": t0 + timedelta(seconds=30),
+                                               "startup_seconds": 30.0}))
     assert [r.run_id for r in store.unfinished_runs()] == ["r1"]
-    store.update_run(run_id="r1", ended_at=t0 + timedelta(minutes=5), exit_code=0,
-                     planned_stop=False, outcome="exited")
+    store.apply(UpdateRun(run_id="r1", values={
+        "ended_at": t0 + timedelta(minutes=5), "exit_code": 0, "planned_stop": False,
+        "outcome": "exited"}))
     assert store.unfinished_runs() == []
-    incident_id = store.add_incident(incident=Incident(
-        kind="exited", severity="critical", started_at=t0 + timedelta(minutes=5),
-        action="restart", explanation="engine exited", mode="mtp2", rung=0, run_id="r1",
-        findings=[{"guard": "engine_dead", "evidence": {"exit_code": 0}}], log_tail="boom"))
-    store.add_transition(at=t0 + timedelta(minutes=6), from_mode="mtp2", to_mode="mtp1",
-                         from_rung=0, to_rung=1, reason="3 crashes", actor="guard:engine_dead",
-                         incident_id=incident_id)
+    store.apply(AddIncident(
+        incident=Incident(
+            kind="exited", severity="critical", started_at=t0 + timedelta(minutes=5),
+            action="restart", explanation="engine exited", mode="mtp2", rung=0, run_id="r1",
+            findings=[{"guard": "engine_dead", "evidence": {"exit_code": 0}}],
+            log_tail="boom"),
+        transition=Transition(at=t0 + timedelta(minutes=6), from_mode="mtp2",
+                              to_mode="mtp1", from_rung=0, to_rung=1, reason="3 crashes",
+                              actor="guard:engine_dead")))
     (run,) = store.runs()
     assert run.argv == ["vllm", "serve", "m"]
     assert run.engine_version is None
@@ -113,7 +120,7 @@ def test_records_round_trip(url: str) -> None:
     assert inc.started_at.utcoffset() == timedelta(0)
     assert store.incidents(since=t0 + timedelta(hours=1)) == []
     (tr,) = store.transitions()
-    assert (tr.from_mode, tr.to_mode, tr.incident_id) == ("mtp2", "mtp1", incident_id)
+    assert (tr.from_mode, tr.to_mode, tr.incident_id) == ("mtp2", "mtp1", inc.id)
     store.close()
 
 
@@ -121,8 +128,8 @@ def test_fleets_sharing_a_database_see_their_own_records(url: str) -> None:
     a = Store.open(url, fleet="a", host="h")
     b = Store(a.engine, fleet="b", host="h")
     t = datetime.now(UTC)
-    a.add_incident(incident=Incident(kind="k", severity="info", started_at=t, action="hold",
-                                     explanation="x"))
+    a.apply(AddIncident(incident=Incident(kind="k", severity="info", started_at=t,
+                                          action="hold", explanation="x")))
     assert len(a.incidents()) == 1 and b.incidents() == []
     a.close()
 
@@ -130,15 +137,17 @@ def test_fleets_sharing_a_database_see_their_own_records(url: str) -> None:
 def test_naive_datetimes_are_refused(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f")
     with pytest.raises(StoreError, match="naive datetime"):
-        store.add_incident(incident=Incident(kind="k", severity="info", action="hold",
-                                             started_at=datetime(2026, 1, 1), explanation="x"))
+        store.apply(AddIncident(incident=Incident(
+            kind="k", severity="info", action="hold", started_at=datetime(2026, 1, 1),
+            explanation="x")))
+    assert store.incidents() == []
     store.close()
 
 
 def test_update_of_unknown_run_is_an_error(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path}/s.db", fleet="f")
     with pytest.raises(StoreError, match="no engine run 'nope'"):
-        store.update_run(run_id="nope", outcome="x")
+        store.apply(UpdateRun(run_id="nope", values={"outcome": "x"}))
     store.close()
 
 
@@ -150,13 +159,14 @@ def test_unreachable_database_is_a_store_error() -> None:
 def test_secrets_are_masked_before_they_are_stored(url: str) -> None:
     store = Store.open(url, fleet="f", host="h")
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    store.add_run(run_id="r1", mode="m", rung=0, pid=1, port=8000, log_path="/l",
-                  started_at=t0, argv=["vllm", "serve", "m", "--api-key", "sk-123",
-                                       "--hf-token=hf_abc", "--max-num-batched-tokens", "64"])
-    store.update_run(run_id="r1", error="exited: --api-key sk-123 refused")
-    store.add_incident(incident=Incident(
+    store.apply(AddRun(run_id="r1", mode="m", rung=0, pid=1, port=8000, log_path="/l",
+                       started_at=t0, argv=["vllm", "serve", "m", "--api-key", "sk-123",
+                                            "--hf-token=hf_abc", "--max-num-batched-tokens",
+                                            "64"]))
+    store.apply(UpdateRun(run_id="r1", values={"error": "exited: --api-key sk-123 refused"}))
+    store.apply(AddIncident(incident=Incident(
         kind="k", severity="info", started_at=t0, action="hold", explanation="x",
-        log_tail="INFO non-default args: {'model': 'm', 'api_key': ['sk-123']}"))
+        log_tail="INFO non-default args: {'model': 'm', 'api_key': ['sk-123']}")))
     (run,) = store.runs()
     assert run.argv == ["vllm", "serve", "m", "--api-key", "***", "--hf-token=***",
                         "--max-num-batched-tokens", "64"]
@@ -172,11 +182,6 @@ def test_secrets_are_masked_before_they_are_stored(url: str) -> None:
 
 
 def test_downgrade_keeps_working_with_transitions_pointing_at_incidents(url: str) -> None:
-    from datetime import UTC, datetime
-
-    from supervisor.act.incident import Incident, Transition
-    from supervisor.record.records import AddIncident
-
     store = Store.open(url, fleet="f", host="h")
     t = datetime(2026, 1, 1, tzinfo=UTC)
     store.apply(AddIncident(incident=Incident(kind="k", severity="warning", started_at=t,
@@ -215,7 +220,8 @@ def test_issue_12_run_fields_and_the_starts_budgets_are_learned_from(url: str) -
                            port=8000, log_path="/l", started_at=t0,
                            mem_available_before_bytes=118 * 2**30))
         if secs is not None:
-            store.update_run(run_id=f"r{n}", startup_seconds=secs, sigterm_ignored=True)
+            store.apply(UpdateRun(run_id=f"r{n}", values={"startup_seconds": secs,
+                                                          "sigterm_ignored": True}))
     assert store.start_durations() == [("mtp2", 30.0), ("mtp2", 45.5)]
     run = store.runs()[0]
     assert (run.mem_available_before_bytes, run.sigterm_ignored) == (118 * 2**30, True)

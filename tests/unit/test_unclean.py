@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.record.records import AddRun, UpdateRun
 from supervisor.record.service_runs import (
     heartbeat_service_run,
     previous_service_run,
@@ -128,11 +129,12 @@ def test_host_reset_on_a_real_store_records_and_steps_down(tmp_path: Path) -> No
                              policy_path="/p.yaml", version="0.1.0")
     heartbeat_service_run(store=store, service_run_id=prev.service_run_id,
                           at=T0 + timedelta(minutes=5))
-    store.add_run(run_id="r0", mode="mtp5", rung=0, argv=["vllm"], pid=1, port=8000,
-                  log_path="/l", started_at=T0)
-    store.update_run(run_id="r0", ended_at=T0 + timedelta(minutes=1), outcome="crashed")
-    store.add_run(run_id="r1", mode="mtp2", rung=1, argv=["vllm"], pid=2, port=8000,
-                  log_path="/l", started_at=T0 + timedelta(minutes=2))
+    store.apply(AddRun(run_id="r0", mode="mtp5", rung=0, argv=["vllm"], pid=1, port=8000,
+                       log_path="/l", started_at=T0))
+    store.apply(UpdateRun(run_id="r0", values={"ended_at": T0 + timedelta(minutes=1),
+                                               "outcome": "crashed"}))
+    store.apply(AddRun(run_id="r1", mode="mtp2", rung=1, argv=["vllm"], pid=2, port=8000,
+                       log_path="/l", started_at=T0 + timedelta(minutes=2)))
     # This life, on boot B.
     v = check_previous_life(store=store, boot_id="boot-b", modes=MODES,
                             after_host_reset="one_rung_down", now=NOW)
