@@ -44,7 +44,7 @@ from supervisor.sense.collect import Sensors
 from supervisor.sense.gpu import GpuSensor
 from supervisor.sense.kernel_log import KernelLogFollower
 from supervisor.show.alerts import Alerter
-from supervisor.show.metrics import SupervisorMetrics
+from supervisor.show.metrics import SupervisorMetrics, register_process_metrics
 from supervisor.states import EngineState
 from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.window import Window
@@ -96,6 +96,7 @@ class Supervisor:
                                       store, self.registry, self.last, self.gateway,
                                       poke=self._poke)
         self.registry.register(self.status_view.collector(lambda: self.writer.spooled))
+        register_process_metrics(self.registry)
         self.baselines: Baselines = {}
         self.acceptance: AcceptanceBaselines = {}
         self._stop = asyncio.Event()

@@ -87,7 +87,8 @@ class StatusView:
         """The /metrics gauges of the service's state (``spooled``: records waiting)."""
         return StateCollector(StateView(lambda: self._policy.current,
                                         latest=lambda: self.window.latest, rates=self.rates,
-                                        rung=lambda: self.ladder.rung, spooled=spooled))
+                                        rung=lambda: self.ladder.rung, spooled=spooled,
+                                        ladder=lambda: self.ladder.state))
 
     def samples(self) -> list[Sample]:
         """A copy of the window (the tick appends meanwhile)."""

@@ -5,23 +5,40 @@ supervisor sees are read from the newest Sample at scrape time by ``StateCollect
 a scrape always shows the latest tick and nothing is updated twice. Names: ``supervisor_``
 prefix, base units in names (``_bytes``, ``_seconds``, ``_celsius``, ``_watts``, ``_ratio``),
 ``_total`` for counters (prometheus.io "Metric and label naming").
+
+``register_process_metrics`` adds ``supervisor_build_info`` and prometheus_client's
+process collector (``process_cpu_seconds_total``, ``process_resident_memory_bytes``,
+``process_open_fds``, ``process_start_time_seconds``...) and turns the ``_created``
+series off (prometheus_client.disable_created_metrics(): a second series per counter that
+no alert or panel reads). dashboards/alerts/ holds the alerting rules written on these
+names; tests/unit/test_issue_19_alert_rules.py runs their ``promtool test rules``.
 """
 
 from __future__ import annotations
 
+import platform
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, StateSetMetricFamily
 from prometheus_client.registry import Collector
 
+from supervisor import __version__
+from supervisor.decide.ladder import LadderState, recent_crashes
 from supervisor.policy import Policy
-from supervisor.states import EngineState
+from supervisor.states import CrashReason, EngineState
 from supervisor.telemetry.rates import EngineRates
 from supervisor.telemetry.sample import Sample
 
-__all__ = ["SAMPLE_GAUGES", "StateCollector", "SupervisorMetrics"]
+__all__ = ["SAMPLE_GAUGES", "StateCollector", "SupervisorMetrics", "register_process_metrics"]
 
 #: Sample field -> (metric name, help). Unknown (None) values are left out of a scrape.
 SAMPLE_GAUGES: dict[str, tuple[str, str]] = {
@@ -82,6 +99,22 @@ class SupervisorMetrics:
         self.alerts = Counter("supervisor_alerts_total",
                               "Webhook alerts, by outcome (sent, failed, suppressed).",
                               ["outcome"], registry=registry)
+        # Series an alert rule counts with increase() exist from the first scrape at 0, so
+        # the first crash or hang of a life is an increase too (prometheus.io
+        # "Instrumentation: avoid missing metrics").
+        for reason in CrashReason:
+            self.incidents.labels(str(reason), "critical")
+
+
+def register_process_metrics(registry: CollectorRegistry) -> None:
+    """``supervisor_build_info`` (1, labelled with version and Python) and the process
+    collector of this process, in ``registry``; the ``_created`` series off for every
+    metric of this process (a process-wide switch of prometheus_client)."""
+    disable_created_metrics()
+    ProcessCollector(registry=registry)
+    info = Gauge("supervisor_build_info", "Always 1; the version of the supervisor.",
+                 ["version", "python"], registry=registry)
+    info.labels(__version__, platform.python_version()).set(1)
 
 
 @dataclass
@@ -93,6 +126,7 @@ class StateView:
     rates: Callable[[], EngineRates | None]
     rung: Callable[[], int]
     spooled: Callable[[], int]
+    ladder: Callable[[], LadderState] | None = None
 
 
 class StateCollector(Collector):
@@ -125,9 +159,15 @@ class StateCollector(Collector):
                                   "Records waiting in the spool for the database.")
         spool.add_metric([], v.spooled())
         yield spool
+        if v.ladder is not None:
+            yield from _ladder_gauges(v.ladder(), policy, time.monotonic())
         s = v.latest()
         if s is None:
             return
+        age = GaugeMetricFamily("supervisor_last_sample_age_seconds",
+                                "Seconds since the newest Sample (the tick loop's pulse).")
+        age.add_metric([], max(0.0, time.monotonic() - s.t_s))
+        yield age
         es = StateSetMetricFamily("supervisor_engine_state", "The engine's lifecycle state.",
                                   labels=[])
         es.add_metric([], {st.value: s.engine_state is st for st in EngineState})
@@ -146,3 +186,28 @@ class StateCollector(Collector):
                     m = GaugeMetricFamily(name, doc)
                     m.add_metric([], float(value))
                     yield m
+
+
+def _ladder_gauges(ladder: LadderState, policy: Policy, now_s: float) -> Iterator[object]:
+    """The ladder's operator-visible state as gauges (the alert rules read these)."""
+    def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc)
+        g.add_metric([], value)
+        return g
+
+    yield gauge("supervisor_gave_up", "1 once the last rung exhausted its start limit "
+                "(the service then exits 1).", float(ladder.gave_up))
+    yield gauge("supervisor_paused", "1 while an operator paused the ladder.",
+                float(ladder.paused))
+    yield gauge("supervisor_pinned", "1 while an operator pinned a mode.",
+                float(ladder.pinned is not None))
+    yield gauge("supervisor_recent_crashes",
+                "Crashes of the current rung inside restart.start_limit_interval_seconds.",
+                float(len(recent_crashes(ladder, policy, now_s))))
+    yield gauge("supervisor_start_limit_burst", "restart.start_limit_burst of the policy.",
+                float(policy.restart.start_limit_burst))
+    yield gauge("supervisor_calm_seconds", "Seconds since the last warning or rung change.",
+                max(0.0, ladder.calm_for(now_s)))
+    left = (ladder.probation_until_s - now_s) if ladder.probation_until_s is not None else 0.0
+    yield gauge("supervisor_probation_seconds_left",
+                "Seconds of probation left after a step up (0: none).", max(0.0, left))
