@@ -13,7 +13,7 @@ SUP := $(VENV)/bin/supervisor
 # The browser tests (tests/browser/) drive Debian's Chromium; CI runs `make test` as root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint setup clean chromium
+.PHONY: demo test lint setup clean chromium promtool lock
 
 setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json
 
@@ -35,7 +35,14 @@ chromium:
 	@command -v chromium >/dev/null || \
 		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
 
-test: setup chromium
+# promtool (Debian's `prometheus` package, ~96 MB installed) runs the alert rules' unit
+# tests (dashboards/alerts/) and checks a live scrape of /metrics.
+promtool:
+	@command -v promtool >/dev/null || \
+		{ $(SUDO) apt-get update -q && \
+		  $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+
+test: setup chromium promtool
 	$(VENV)/bin/pytest
 
 lint: $(VENV)/.installed
