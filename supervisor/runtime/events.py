@@ -72,6 +72,7 @@ class EngineEvents:
                                                "startup_seconds": run.startup_seconds})
         if self.ladder is not None and run.startup_seconds is not None:
             self.ladder.started(run.mode, run.startup_seconds)   # the learned start budget
+        self.recorder.engine_serving(run.mode, run.run_id)
         self._spawn(self._record_engine_version(run))
 
     async def _record_engine_version(self, run: EngineRun) -> None:

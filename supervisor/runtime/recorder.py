@@ -51,6 +51,11 @@ class Recorder:
                                             transition.actor).inc()
         self.alerter.notify(incident, transition)
 
+    def engine_serving(self, mode: str, run_id: str) -> None:
+        """The engine became ready: the recovery alert, if an alerted incident came
+        before it (``Alerter.engine_serving``)."""
+        self.alerter.engine_serving(mode, run_id)
+
     def incident_record(self, record: AddIncident) -> None:
         """``incident`` for a ready-made record (start-up's verdict keeps its key)."""
         self.incident(record.incident, record.transition, key=record.key)
