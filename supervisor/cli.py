@@ -17,11 +17,16 @@
     supervisor history --policy FILE          the mode timeline
     supervisor export --what W --policy FILE  records as CSV or JSON
     supervisor runs --policy FILE             list recorded engine runs
-    supervisor status --policy FILE           the running service's state (exit 3: reboot required)
+    supervisor status [--json]                the running service: rung, why, calm, memory
+                                              (exit 3: the box needs a reboot)
+    supervisor pin MODE | unpin | step up|down | pause | resume | restart
+                                              the operator's levers (admin API, token)
+    supervisor logs [-f]                      the engine's log (follow across restarts)
 
-Exit status: 0 success; 1 the service gave up or a setup step failed; 2 bad usage or a
-bad policy file (the message names the file, the field and the reason); 3 (``status``)
-the box needs a reboot.
+Exit status: 0 success; 1 the service gave up or a setup step failed (levers: the
+service refused it); 2 bad usage or a bad policy file (the message names the file, the
+field and the reason); 3 (``status``) the box needs a reboot; 4 not authorised
+(levers); 5 the service is unreachable (levers, ``status``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor import __version__
-from supervisor.commands import listings, run, tools
+from supervisor.commands import levers, listings, run, tools
 from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from supervisor.errors import PolicyError, SetupError, StoreError
 
@@ -164,12 +169,11 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--kind", help="incidents of this kind only")
     exp.add_argument("--limit", type=int, default=10000)
 
-    stat = sub.add_parser("status", help="the running service's state from its admin API")
-    stat.add_argument("--policy", required=True, type=Path)
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
     runs.add_argument("--policy", required=True, type=Path)
     runs.add_argument("--limit", type=int, default=50)
     runs.add_argument("--json", action="store_true")
+    levers.add_parsers(sub)
     return p
 
 
@@ -180,7 +184,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "engine-env": tools.engine_env, "demo-models": tools.demo_models,
     "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
     "history": listings.history, "export": listings.export, "runs": listings.runs,
-    "status": tools.status,
+    **dict.fromkeys(levers.COMMANDS, levers.run),
 }
 
 

@@ -75,13 +75,6 @@ def replay(args: argparse.Namespace) -> int:
                           show_all=args.all)
 
 
-def status(args: argparse.Namespace) -> int:
-    """``supervisor status``: the running service's state (exit 3: reboot required)."""
-    from supervisor.show.status_command import status_command
-
-    return status_command(load_policy_file(args.policy))
-
-
 def bench(args: argparse.Namespace) -> int:
     """``supervisor bench``: the chaos table and the benchmark figures."""
     from supervisor.chaos.bench import run_bench

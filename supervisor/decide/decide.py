@@ -249,9 +249,12 @@ def _stopped(sit: Situation, findings: list[Finding]) -> Decision | None:
 
 
 def _reload(sit: Situation, findings: list[Finding]) -> Decision | None:
-    if not sit.ladder.reload_pending:
+    if not (sit.ladder.reload_pending or sit.ladder.restart_requested):
         return None
     mode = _name(sit, sit.ladder.rung)
+    if not sit.ladder.reload_pending:
+        return Decision(Action.RELOAD, sit.ladder.rung, f"operator asked for a restart -> "
+                        f"drain and restart mode {mode}", tuple(findings), operator=True)
     return Decision(Action.RELOAD, sit.ladder.rung, f"policy reloaded: the engine runs "
                     f"arguments mode {mode} no longer has -> drain and restart it",
                     tuple(findings))

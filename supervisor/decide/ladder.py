@@ -16,8 +16,8 @@ from supervisor.decide.findings import Severity
 from supervisor.policy import Policy, Restart, build_argv
 
 __all__ = ["LEVERS", "LadderState", "advance", "apply_operator", "operate", "pause", "pin",
-           "recent_crashes", "reloaded", "request", "restart_delay", "resume", "start_on",
-           "unpin"]
+           "recent_crashes", "reloaded", "request", "restart", "restart_delay", "resume",
+           "start_on", "unpin"]
 
 HOUR = 3600.0
 
@@ -75,6 +75,8 @@ class LadderState:
     def start_budget(self, mode: str) -> float | None:
         """The learned start budget of ``mode``, or None."""
         return next((b for m, b in self.start_budgets if m == mode), None)
+    restart_requested: bool = False
+    """The operator asked for a restart of the current mode (drain, stop, start)."""
 
     @classmethod
     def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
@@ -168,7 +170,7 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
                        shed_since_s=now_s if decision.shed else None,
                        shed_kind=kinds[0] if decision.shed and kinds else None)
         case Action.RELOAD | Action.START:
-            return rep(ladder, reload_pending=False)
+            return rep(ladder, reload_pending=False, restart_requested=False)
         case Action.GIVE_UP:
             return rep(ladder, gave_up=True, handled_run_id=decision.run_id)
         case _:
@@ -215,6 +217,11 @@ def request(ladder: LadderState, rung: int) -> LadderState:
     return dataclasses.replace(ladder, requested=rung)
 
 
+def restart(ladder: LadderState) -> LadderState:
+    """Operator: drain and restart the engine in the current mode, once."""
+    return dataclasses.replace(ladder, restart_requested=True)
+
+
 def pause(ladder: LadderState) -> LadderState:
     """Operator: stop automatic graceful steps (crash restarts and emergencies still act)."""
     return dataclasses.replace(ladder, paused=True)
@@ -243,13 +250,14 @@ def start_on(ladder: LadderState, rung: int, trouble_s: float | None = None) -> 
 
 
 #: The operator's levers, as the admin API and the trace name them.
-LEVERS = ("pin", "unpin", "step-down", "step-up", "pause", "resume")
+LEVERS = ("pin", "unpin", "step-down", "step-up", "pause", "resume", "restart")
 
 
 def operate(ladder: LadderState, policy: Policy, lever: str,
             mode: str | None = None) -> tuple[LadderState, str, int | None]:
     """Pull an operator lever: ``pin`` (to ``mode``), ``unpin``, ``step-down``, ``step-up``
-    (one rung, once), ``pause``, ``resume``.
+    (one rung, once), ``pause``, ``resume``, ``restart`` (drain and restart the current
+    mode, once).
 
     Returns (new state, the trace's name of the action, its rung or None). The trace
     names a step ``step`` with its target rung, so ``apply_operator`` replays it.
@@ -266,7 +274,7 @@ def operate(ladder: LadderState, policy: Policy, lever: str,
                 raise ValueError(f"no rung {lever.split('-')[1]} of "
                                  f"{policy.modes[ladder.rung].name}")
             return request(ladder, rung), "step", rung
-        case "unpin" | "pause" | "resume":
+        case "unpin" | "pause" | "resume" | "restart":
             return apply_operator(ladder, lever, None), lever, None
     raise ValueError(f"unknown operator action {lever!r}")
 
@@ -289,6 +297,8 @@ def apply_operator(ladder: LadderState, action: str, rung: int | None,
             return pause(ladder)
         case "resume":
             return resume(ladder)
+        case "restart":
+            return restart(ladder)
         case "step" if rung is not None:
             return request(ladder, rung)
         case "reload" if rung is not None:

@@ -62,7 +62,7 @@ class Ladder:
 
     def operate(self, lever: str, mode: str | None = None) -> LadderState:
         """Pull an operator lever (``decide/ladder.operate``: pin, unpin, step-down,
-        step-up, pause, resume); traced. Raises KeyError for an unknown mode, ValueError
+        step-up, pause, resume, restart); traced. Raises KeyError for an unknown mode, ValueError
         for an unknown lever or a step off the ladder."""
         policy = self._policy.current
         self.state, action, rung = ladder_fn.operate(self.state, policy, lever, mode)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -99,6 +100,11 @@ class StatusView:
         state = self.ladder.operate(action, mode)
         self._poke()
         return state
+
+    def engine_log(self) -> tuple[str, str, Path] | None:
+        """(run id, mode, log file) of the current engine run; None before the first."""
+        run = self.launcher.run
+        return None if run is None else (run.run_id, run.mode, run.log_path)
 
     def status(self) -> StatusOut:
         """Mode, rung, the ladder, engine state and the last decision."""

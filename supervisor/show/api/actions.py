@@ -11,12 +11,13 @@ from supervisor.show.api.models import ActionIn
 
 router = APIRouter(prefix="/api/actions", tags=["actions"], dependencies=[TokenAccess])
 
-ACTIONS = ("pin", "unpin", "step-down", "step-up", "pause", "resume")
+ACTIONS = ("pin", "unpin", "step-down", "step-up", "pause", "resume", "restart")
 
 
 @router.post("/{action}")
 async def act(sup: SupervisorDep, action: str, body: ActionIn | None = None) -> dict[str, Any]:
-    """pin (body: mode), unpin, step-down, step-up (one rung, once), pause, resume."""
+    """pin (body: mode), unpin, step-down, step-up (one rung, once), pause, resume,
+    restart (drain and restart the current mode)."""
     if action not in ACTIONS:
         raise HTTPException(404, f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     mode = body.mode if body else None

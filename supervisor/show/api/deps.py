@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from pathlib import Path
 from typing import Annotated, Protocol
 
 from fastapi import Depends, HTTPException, Request, status
@@ -46,6 +47,9 @@ class AdminBackend(Protocol):
 
     def operate(self, action: str, mode: str | None = None) -> LadderState:
         """Pull an operator lever (KeyError: unknown mode; ValueError: not possible)."""
+
+    def engine_log(self) -> tuple[str, str, Path] | None:
+        """(run id, mode, log file) of the current engine run; None before the first."""
 
 
 def get_supervisor(request: Request) -> AdminBackend:
