@@ -17,10 +17,28 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json
 
-$(VENV)/.installed: pyproject.toml
+# The development environment is exactly requirements-dev.lock (what CI tests with); the
+# project itself goes on top without resolving anything again. `make lock` rewrites the
+# lock from a fresh resolution of pyproject.toml's [dev] extra.
+LOCK := requirements-dev.lock
+LOCK_VENV := /tmp/agent-supervisor-lock-venv
+PIP := pip --disable-pip-version-check -q
+
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[dev]'
+	$(VENV)/bin/$(PIP) install -r $(LOCK)
+	$(VENV)/bin/$(PIP) install --no-deps -e .
 	touch $@
+
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/$(PIP) install '.[dev]'
+	{ echo "# The development and CI environment: \`make lock\` writes it (a fresh venv, pip install"; \
+	  echo "# '.[dev]', pip freeze). \`make setup\` installs exactly this, then the project --no-deps."; \
+	  echo "# Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())')"; \
+	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -v '^agent-serving-supervisor'; } > $(LOCK)
+	rm -rf $(LOCK_VENV)
 
 $(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
 	$(SUP) engine-env --path $(ENGINE_VENV)

@@ -12,6 +12,10 @@ from supervisor.policy import Policy, load_policy, load_policy_file
 
 __version__ = "0.1.0"
 
+#: Tells this package from supervisord's, which PyPI installs under the same name
+#: (checked by agent_supervisor_entry.py and __main__.py before anything else runs).
+__agent_serving_supervisor__ = True
+
 __all__ = [
     "Policy",
     "PolicyError",
