@@ -31,14 +31,14 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	touch $@
 
 lock:
-	rm -rf $(LOCK_VENV)
+	rm -rf $(LOCK_VENV) build
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/$(PIP) install '.[dev]'
 	{ echo "# The development and CI environment: \`make lock\` writes it (a fresh venv, pip install"; \
 	  echo "# '.[dev]', pip freeze). \`make setup\` installs exactly this, then the project --no-deps."; \
 	  echo "# Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())')"; \
 	  $(LOCK_VENV)/bin/pip freeze --exclude-editable | grep -v '^agent-serving-supervisor'; } > $(LOCK)
-	rm -rf $(LOCK_VENV)
+	rm -rf $(LOCK_VENV) build
 
 $(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
 	$(SUP) engine-env --path $(ENGINE_VENV)

@@ -7,6 +7,7 @@
     supervisor replay TRACE --policy FILE     the decisions of a recorded trace, replayed
     supervisor replay --scenario FILE --policy FILE   a closed-loop scenario
     supervisor policy check FILE              validate a policy and print its ladder
+    supervisor policy schema                  the policy's JSON Schema (for editors)
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
     supervisor bench                          the chaos table and the benchmark figures
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
@@ -22,6 +23,8 @@
     supervisor pin MODE | unpin | step up|down | pause | resume | restart
                                               the operator's levers (admin API, token)
     supervisor logs [-f]                      the engine's log (follow across restarts)
+    supervisor install --policy FILE [--root DIR]   a systemd service: user, state, token,
+                                              unit, enabled (uninstall [--purge] undoes it)
 
 Exit status: 0 success; 1 the service gave up or a setup step failed (levers: the
 service refused it); 2 bad usage or a bad policy file (the message names the file, the
@@ -42,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor import __version__
-from supervisor.commands import levers, listings, run, tools
+from supervisor.commands import install, levers, listings, run, schema, tools
 from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from supervisor.errors import PolicyError, SetupError, StoreError
 
@@ -116,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
     check.add_argument("file", type=Path)
+    schema.add_parser(pol_sub)
 
     bench = sub.add_parser("bench", help="the chaos table and the benchmark figures "
                            "(real CPU engine; about 25 minutes)")
@@ -174,17 +178,24 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=int, default=50)
     runs.add_argument("--json", action="store_true")
     levers.add_parsers(sub)
+    install.add_parsers(sub)
     return p
+
+
+def _policy(args: argparse.Namespace) -> int:
+    """``supervisor policy check FILE`` or ``supervisor policy schema``."""
+    return schema.run(args) if args.policy_command == "schema" else tools.policy_check(args)
 
 
 #: One handler per command (``supervisor policy`` has one subcommand, ``check``).
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run.main, "bench": tools.bench, "systemd-unit": tools.systemd_unit,
-    "calibrate": tools.calibrate, "replay": tools.replay, "policy": tools.policy_check,
+    "calibrate": tools.calibrate, "replay": tools.replay, "policy": _policy,
     "engine-env": tools.engine_env, "demo-models": tools.demo_models,
     "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
     "history": listings.history, "export": listings.export, "runs": listings.runs,
     **dict.fromkeys(levers.COMMANDS, levers.run),
+    "install": install.run, "uninstall": install.run,
 }
 
 

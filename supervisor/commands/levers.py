@@ -3,7 +3,8 @@ operator's levers, against the running service's admin API (real HTTP, httpx).
 
 Where the service is: ``--url``, else ``$SUPERVISOR_ADMIN_URL``, else the admin host and
 port of ``--policy``, else http://127.0.0.1:8081 (AdminSpec's defaults). The bearer token
-(actions only; reads need it when the API listens beyond loopback): ``--token-file``,
+(actions only; reads need it when the API listens beyond loopback): ``--token-file`` (a
+token, or an environment file with ``SUPERVISOR_ADMIN_TOKEN=...``),
 else ``$SUPERVISOR_ADMIN_TOKEN`` (or the policy's ``admin.token_env``), else the policy's
 ``admin.token_file``. A token is never printed.
 
@@ -105,14 +106,15 @@ def target(args: argparse.Namespace) -> Target:
         host = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
         url = f"http://{host}:{policy.admin.port}"
     token = None
+    env_name = policy.admin.token_env if policy else TOKEN_ENV
     if args.token_file is not None:
         try:
-            token = args.token_file.read_text().strip() or None
+            token = token_of(args.token_file.read_text(), env_name)
         except OSError as exc:
             raise LeverError(f"--token-file {args.token_file}: {exc.strerror}",
                              EXIT_USAGE) from exc
     if token is None:
-        token = os.environ.get(policy.admin.token_env if policy else TOKEN_ENV) or None
+        token = os.environ.get(env_name) or None
     if token is None and policy is not None and policy.admin.token_file:
         path = policy.resolve(policy.admin.token_file)
         try:
@@ -122,6 +124,16 @@ def target(args: argparse.Namespace) -> Target:
                              EXIT_UNAUTHORIZED) from exc
     return Target(url=(url or DEFAULT_URL).rstrip("/"), token=token,
                   step_up_calm_seconds=policy.hysteresis.calm_seconds if policy else None)
+
+
+def token_of(text: str, env_name: str = TOKEN_ENV) -> str | None:
+    """The token in a token file: the whole text stripped, or, in an environment file
+    (``supervisor install`` writes ``/etc/agent-supervisor/<fleet>.env``), the value of
+    ``env_name=``."""
+    for line in text.splitlines():
+        if line.startswith(f"{env_name}="):
+            return line.split("=", 1)[1].strip() or None
+    return text.strip() or None
 
 
 def _request(client: httpx.Client, t: Target, method: str, path: str,

@@ -74,7 +74,7 @@ def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> E
         return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     except ModuleNotFoundError as exc:
         # The PostgreSQL driver is the [postgres] extra (pyproject.toml), not a dependency.
-        raise StoreError(f"cannot open database {_safe(url)}: its driver {exc.name!r} is not "
+        raise StoreError(f"cannot open database {safe_url(url)}: its driver {exc.name!r} is not "
                          "installed: pip install 'agent-serving-supervisor[postgres]'"
                          ) from exc
     except (SQLAlchemyError, ValueError, OSError) as exc:
