@@ -74,6 +74,10 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
         # Under systemd, journald stamps every line itself.
         stamp = "" if "JOURNAL_STREAM" in os.environ else "%(asctime)s "
         handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(name)s: %(message)s"))
+    from supervisor.show.journal import JournalPriorityFormatter, stderr_is_journal
+
+    if stderr_is_journal():
+        handler.setFormatter(JournalPriorityFormatter(handler.formatter))
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
     # APScheduler logs every job run at INFO; its warnings (missed runs) stay visible.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
