@@ -121,7 +121,8 @@ async def test_dashboard_shows_live_charts_and_a_real_incident(tmp_path: Path) -
 
 async def test_dashboard_asks_for_the_token_once_when_reads_need_it(tmp_path: Path) -> None:
     """Bound beyond loopback, reads need the bearer token: the page prompts until it gets
-    one that works, keeps it in localStorage and sends it; a reload does not ask again."""
+    one that works, keeps it in sessionStorage (this tab only) and sends it; a reload does
+    not ask again."""
     from playwright.async_api import Dialog, async_playwright
 
     token_file = tmp_path / "admin-token"
@@ -147,7 +148,7 @@ async def test_dashboard_asks_for_the_token_once_when_reads_need_it(tmp_path: Pa
             await page.goto(f"http://127.0.0.1:{policy.admin.port}/")
             await page.wait_for_function("window.dashboard.polls >= 2", timeout=20_000)
             assert len(asked) == 2 and "token" in asked[0]
-            assert await page.evaluate("Object.values(localStorage)") == ["s3cret"]
+            assert await page.evaluate("Object.values(sessionStorage)") == ["s3cret"]
             assert await page.locator("#fleet").inner_text() == "test"
             await page.reload()
             await page.wait_for_function("window.dashboard.polls >= 1", timeout=20_000)

@@ -58,11 +58,11 @@ function evidenceValue(v) {
 let tokenDeclined = false;
 
 async function api(path) {
-  const token = localStorage.getItem(TOKEN_KEY);
+  const token = sessionStorage.getItem(TOKEN_KEY);
   const headers = token ? { Authorization: `Bearer ${token}` } : {};
   const res = await fetch(path, { headers, cache: "no-store" });
   if (res.status === 401) {
-    if (token) localStorage.removeItem(TOKEN_KEY);
+    if (token) sessionStorage.removeItem(TOKEN_KEY);
     if (!tokenDeclined && askToken()) return api(path);
     $("#token-button").hidden = false;
     throw new Error("the admin API needs a valid bearer token");
@@ -75,7 +75,7 @@ function askToken() {
   const token = (window.prompt("Admin token (the API is not on loopback, so reads need it):")
     || "").trim();
   tokenDeclined = !token;
-  if (token) localStorage.setItem(TOKEN_KEY, token);
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
   return Boolean(token);
 }
 
@@ -426,6 +426,7 @@ async function poll() {
     dashboard.incidents = incidents;
     dashboard.transitions = transitions;
     renderStatus(st);
+    if (window.renderLevers) window.renderLevers(st);
     renderCharts(tel);
     renderIncidents(incidents);
     renderTimeline(transitions, st);
