@@ -1,6 +1,7 @@
 """Issue 19: the dashboard's levers in headless Chromium against a running service (fake
 engine, real HTTP, real token check): every button says what it will do, asks to confirm,
-asks for the token once (kept for the tab), and moves the ladder; screenshots in
+asks for the token once (kept for the tab), and moves the ladder; the incident list is on
+the first screen; the engine's log is shown live and follows a restart; screenshots in
 test-artifacts/."""
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ async def test_issue_19_every_button_moves_the_ladder(tmp_path: Path,
             await page.goto(f"http://127.0.0.1:{policy.admin.port}/")
             await page.wait_for_function("window.dashboard.polls >= 1", timeout=20_000)
             assert await page.locator("#lever-step-up").is_disabled()      # top rung
+            box = await page.locator("#incidents-section").bounding_box()
+            assert box is not None and box["y"] < 900          # within the first screen
+            first_line = sup.launcher.run.log_path.read_text().splitlines()[0]
+            await page.wait_for_function(
+                "(line) => document.querySelector('#engine-log').textContent.includes(line)",
+                arg=first_line, timeout=10_000)
             assert await page.locator("#lever-resume").is_disabled()       # not paused
 
             # A declined confirmation does nothing.
@@ -113,6 +120,11 @@ async def test_issue_19_every_button_moves_the_ladder(tmp_path: Path,
             await wait_for(lambda: sup.launcher.run.run_id != run_id
                            and sup.launcher.state is EngineState.READY, timeout=30,
                            what="the engine restarted")
+            new_run = sup.launcher.run.run_id
+            await page.wait_for_function(
+                "(run) => document.querySelector('#engine-log').textContent"
+                ".includes(`--- engine run ${run} (mode `)", arg=new_run, timeout=10_000)
+            await page.screenshot(path=str(SHOTS / "levers-restarted-log.png"), full_page=True)
             assert len(prompts) == 1                              # the token was asked once
             assert len(confirms) == 8
             await browser.close()

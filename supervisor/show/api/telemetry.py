@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query
 from supervisor.policy import Policy
 from supervisor.record.telemetry import telemetry
 from supervisor.show.api.deps import ReadAccess, SupervisorDep
+from supervisor.states import EngineState
 from supervisor.telemetry.counters import counter_step
 from supervisor.telemetry.rates import slope
 from supervisor.telemetry.sample import Sample
@@ -85,14 +86,28 @@ def _live(samples: list[Sample], policy: Policy, now: float, seconds: float) -> 
                                     for a, d in zip(accepted, drafts, strict=True)]
     floor = policy.guards.memory_floor.min_available_bytes
     out["memory_floor_bytes"] = floor
-    fit = policy.guards.memory_forecast.fit_seconds
+    out["forecast"] = _forecast(samples, policy, now)
+    return out
+
+
+def _forecast(samples: list[Sample], policy: Policy, now: float) -> dict[str, Any] | None:
+    """The memory trend only when the forecast guard would fit one (issue 19): a ready
+    engine, its own run's samples from ``ignore_after_ready_seconds`` after ready, at
+    least ``min_samples`` over half of ``fit_seconds``. None otherwise (no caption)."""
+    cfg = policy.guards.memory_forecast
+    floor = policy.guards.memory_floor.min_available_bytes
+    last = samples[-1] if samples else None
+    if last is None or last.engine_state is not EngineState.READY \
+            or last.engine_state_since_s is None:
+        return None
+    start = max(now - cfg.fit_seconds, last.engine_state_since_s + cfg.ignore_after_ready_seconds)
     pts = [(s.t_s, float(s.mem_available_bytes), s.wall_s) for s in samples
-           if s.t_s >= now - fit and s.mem_available_bytes is not None]
+           if s.t_s >= start and s.engine_run_id == last.engine_run_id
+           and s.mem_available_bytes is not None]
     forecast = None
-    if len(pts) >= 3 and pts[-1][0] > pts[0][0]:
+    if len(pts) >= cfg.min_samples and pts[-1][0] - pts[0][0] >= cfg.fit_seconds / 2:
         rate = slope([(t, v) for t, v, _ in pts])
         eta = (pts[-1][1] - floor) / -rate if rate < 0 and pts[-1][1] > floor else None
         forecast = {"slope_bytes_per_second": rate, "seconds_to_floor": eta,
                     "from_t": pts[-1][2], "from_bytes": pts[-1][1]}
-    out["forecast"] = forecast
-    return out
+    return forecast
