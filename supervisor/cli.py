@@ -47,6 +47,7 @@ from pathlib import Path
 from supervisor import __version__
 from supervisor.commands import install, levers, listings, run, schema, tools
 from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
+from supervisor.commands.helpfmt import HelpfulParser
 from supervisor.errors import PolicyError, SetupError, StoreError
 
 __all__ = ["COMMANDS", "main"]
@@ -88,7 +89,7 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="supervisor", description=__doc__.splitlines()[0])
+    p = HelpfulParser(prog="supervisor", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"])
