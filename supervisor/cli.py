@@ -92,18 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     p = HelpfulParser(prog="supervisor", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--log-level", default="info",
-                   choices=["debug", "info", "warning", "error"])
+                   choices=["debug", "info", "warning", "error"],
+                   help="the lowest level of log lines written to stderr")
     p.add_argument("--log-format", default="text", choices=["text", "json"],
                    help="json: one JSON object per line (for log shippers)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the engine under a policy until SIGTERM")
-    run.add_argument("--policy", required=True, type=Path)
+    run.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     run.add_argument("--record", type=Path, metavar="TRACE",
-                     help="append every sample and decision to this trace (JSON Lines)")
+                     help="append every sample and decision to this trace (JSON Lines; "
+                     "default: none)")
 
     cal = sub.add_parser("calibrate", help="measure each mode under a standard agent load")
-    cal.add_argument("--policy", required=True, type=Path)
+    cal.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     cal.add_argument("--modes", help="comma-separated mode names (default: all)")
     cal.add_argument("--concurrency", default="1,4", help="comma-separated (default 1,4)")
     cal.add_argument("--seconds", type=float, default=20.0, help="load per concurrency")
@@ -113,17 +115,20 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("replay", help="run the decisions over a recorded trace, or a "
                          "closed-loop scenario (--scenario)")
-    rep.add_argument("trace", type=Path, nargs="?")
+    rep.add_argument("trace", type=Path, nargs="?",
+                     help="a trace from `run --record` or `sample --watch` (default: none; "
+                     "then --scenario)")
     rep.add_argument("--scenario", type=Path, help="a YAML file saying how the world "
-                     "answers the supervisor (supervisor/decide/replay.py, Scenario)")
-    rep.add_argument("--policy", required=True, type=Path)
+                     "answers the supervisor (supervisor/decide/replay.py, Scenario; "
+                     "default: none)")
+    rep.add_argument("--policy", required=True, type=Path, help="the policy to decide with")
     rep.add_argument("--json", action="store_true", help="one JSON object per decision")
     rep.add_argument("--all", action="store_true", help="also list the holds")
 
     pol = sub.add_parser("policy", help="policy file tools")
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="the policy file to validate")
     schema.add_parser(pol_sub)
 
     bench = sub.add_parser("bench", help="the chaos table and the benchmark figures "
@@ -132,56 +137,63 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-scripts", action="store_true", help="only the chaos table")
 
     unit = sub.add_parser("systemd-unit", help="print a systemd unit file for this policy")
-    unit.add_argument("--policy", required=True, type=Path)
+    unit.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     unit.add_argument("--user", help="User= of the service (default: supervisor; "
                       "dynamic: DynamicUser=yes; root: none)")
 
     env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment")
-    env.add_argument("--path", type=Path, default=Path(".engine-venv"))
+    env.add_argument("--path", type=Path, default=Path(".engine-venv"),
+                     help="where to create the environment")
 
     models = sub.add_parser("demo-models", help="build the tiny local demo models")
-    models.add_argument("dir", type=Path, nargs="?", default=Path(".demo-models"))
-    models.add_argument("--engine-python", type=Path, default=Path(".engine-venv/bin/python"))
-    models.add_argument("--steps", type=int, default=300)
+    models.add_argument("dir", type=Path, nargs="?", default=Path(".demo-models"),
+                        help="where to build them (default: .demo-models)")
+    models.add_argument("--engine-python", type=Path, default=Path(".engine-venv/bin/python"),
+                        help="the engine environment's Python (it has torch)")
+    models.add_argument("--steps", type=int, default=300, help="training steps per model")
 
     inc = sub.add_parser("incidents", help="list recorded incidents, newest first")
-    inc.add_argument("--policy", required=True, type=Path)
-    inc.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d")
-    inc.add_argument("--kind", help="only this kind, e.g. engine_exited")
-    inc.add_argument("--limit", type=int, default=100)
-    inc.add_argument("--json", action="store_true")
+    inc.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    inc.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
+                     "(default: all)")
+    inc.add_argument("--kind", help="only this kind, e.g. engine_exited (default: all)")
+    inc.add_argument("--limit", type=int, default=100, help="at most this many")
+    inc.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     smp = sub.add_parser("sample", help="print one Sample of the engine and the box as JSON")
-    smp.add_argument("--policy", required=True, type=Path)
+    smp.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     smp.add_argument("--watch", action="store_true", help="one JSON line per interval")
     smp.add_argument("--interval", type=float, default=None,
                      help="seconds between samples (default: the policy's tick)")
-    smp.add_argument("--count", type=int, default=None, help="stop after N samples")
+    smp.add_argument("--count", type=int, default=None,
+                     help="stop after N samples (default: one, or forever with --watch)")
 
     one = sub.add_parser("incident", help="one incident in full: evidence, log tail, mode")
-    one.add_argument("id", type=int)
-    one.add_argument("--policy", required=True, type=Path)
-    one.add_argument("--json", action="store_true")
+    one.add_argument("id", type=int, help="the incident's number (from `incidents`)")
+    one.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    one.add_argument("--json", action="store_true", help="JSON instead of text")
 
     hist = sub.add_parser("history", help="the mode timeline: every transition and why")
-    hist.add_argument("--policy", required=True, type=Path)
-    hist.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d")
-    hist.add_argument("--limit", type=int, default=200)
+    hist.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    hist.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
+                      "(default: all)")
+    hist.add_argument("--limit", type=int, default=200, help="at most this many transitions")
 
     exp = sub.add_parser("export", help="export records as CSV or JSON")
-    exp.add_argument("--policy", required=True, type=Path)
+    exp.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     exp.add_argument("--what", required=True,
-                     choices=["incidents", "transitions", "runs", "services", "telemetry"])
-    exp.add_argument("--format", default="csv", choices=["csv", "json"])
+                     choices=["incidents", "transitions", "runs", "services", "telemetry"],
+                     help="which records")
+    exp.add_argument("--format", default="csv", choices=["csv", "json"], help="output format")
     exp.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
                      "(telemetry: default 24h)")
-    exp.add_argument("--kind", help="incidents of this kind only")
-    exp.add_argument("--limit", type=int, default=10000)
+    exp.add_argument("--kind", help="incidents of this kind only (default: all)")
+    exp.add_argument("--limit", type=int, default=10000, help="at most this many rows")
 
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
-    runs.add_argument("--policy", required=True, type=Path)
-    runs.add_argument("--limit", type=int, default=50)
-    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many runs")
+    runs.add_argument("--json", action="store_true", help="JSON instead of a table")
     levers.add_parsers(sub)
     install.add_parsers(sub)
     return p
