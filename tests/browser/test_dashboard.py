@@ -104,6 +104,13 @@ async def test_dashboard_shows_live_charts_and_a_real_incident(tmp_path: Path) -
             assert "engine_core_died" in text
             assert "EngineCore died while the API server lived on" in text
             assert "crashes_in_interval" in text and "start_limit_burst" in text
+            # Issue 19: evidence unknown for this kind (no exit status: the API server
+            # lived on) is folded away, not shown as rows of "unknown".
+            folded = detail.locator("details.unknown-evidence").first
+            assert "unknown for this kind" in await folded.inner_text()
+            assert await detail.locator("table.evidence th", has_text="exit_code").count() == 0
+            await folded.locator("summary").click()
+            assert "exit_code" in await folded.inner_text()
             assert "fake engine pid" in await detail.locator("pre.log").inner_text()
             assert "selected" in await item.get_attribute("class")
 

@@ -358,9 +358,12 @@ async function showIncident(id) {
 }
 
 // One finding: severity, kind, guard, summary, its other keys (response, run), and the
-// evidence as a table of values and thresholds.
+// evidence as a table of values and thresholds; fields unknown for this kind (null) are
+// folded into one line under the table (issue 19).
 function finding(f) {
-  const rows = Object.entries(f.evidence ?? {}).map(([k, v]) =>
+  const entries = Object.entries(f.evidence ?? {});
+  const unknown = entries.filter(([, v]) => v === null || v === undefined).map(([k]) => k);
+  const rows = entries.filter(([, v]) => v !== null && v !== undefined).map(([k, v]) =>
     el("tr", {}, el("th", {}, k), el("td", {}, evidenceValue(v))));
   const extra = Object.entries(f)
     .filter(([k]) => !["guard", "kind", "severity", "summary", "evidence"].includes(k))
@@ -371,7 +374,10 @@ function finding(f) {
       f.guard ? el("span", { class: "muted" }, ` (guard ${f.guard})`) : null,
       f.summary ? `: ${f.summary}` : ""),
     extra.length ? el("p", { class: "muted" }, extra.join(" · ")) : null,
-    rows.length ? el("table", { class: "evidence" }, el("tbody", {}, ...rows)) : null);
+    rows.length ? el("table", { class: "evidence" }, el("tbody", {}, ...rows)) : null,
+    unknown.length ? el("details", { class: "unknown-evidence" },
+      el("summary", { class: "muted" }, `${unknown.length} unknown for this kind`),
+      el("p", { class: "muted" }, unknown.join(", "))) : null);
 }
 
 // ---- mode timeline ---------------------------------------------------------------------
