@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-#: supervisord 4.2's supervisor/__init__.py is this one comment line.
+#: supervisord's supervisor/__init__.py is this one comment line (4.3.0, from PyPI).
 SUPERVISORD_INIT = "# this is a package\n"
 
 
