@@ -90,7 +90,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 class Target:
     url: str
     token: str | None
-    step_up_calm_seconds: float | None
 
 
 def target(args: argparse.Namespace) -> Target:
@@ -122,8 +121,7 @@ def target(args: argparse.Namespace) -> Target:
         except OSError as exc:
             raise LeverError(f"{args.policy}: admin.token_file {path}: {exc.strerror}",
                              EXIT_UNAUTHORIZED) from exc
-    return Target(url=(url or DEFAULT_URL).rstrip("/"), token=token,
-                  step_up_calm_seconds=policy.hysteresis.calm_seconds if policy else None)
+    return Target(url=(url or DEFAULT_URL).rstrip("/"), token=token)
 
 
 def token_of(text: str, env_name: str = TOKEN_ENV) -> str | None:
@@ -200,7 +198,6 @@ def status_view(client: httpx.Client, t: Target) -> dict[str, Any]:
     st["in_flight"] = {"engine_requests_running": _latest(tel, "requests_running"),
                        "engine_requests_waiting": _latest(tel, "requests_waiting"),
                        "gateway": st.get("gateway")}
-    st["step_up_calm_seconds"] = t.step_up_calm_seconds
     return st
 
 
@@ -216,7 +213,7 @@ def status_text(st: dict[str, Any]) -> str:
     """The text form of ``status_view`` (unknown values said as such, never 0)."""
     d = st.get("last_decision") or {}
     ago = st.get("last_decision_seconds_ago")
-    calm_of = st.get("step_up_calm_seconds")
+    calm_of = st.get("calm_needed_seconds")
     probation = st.get("probation_seconds_left")
     mem, inf = st["memory"], st["in_flight"]
     gw = inf.get("gateway")

@@ -127,6 +127,7 @@ class StatusView:
             probation_seconds_left=None if ladder.probation_until_s is None
             or ladder.probation_until_s <= now else round(ladder.probation_until_s - now),
             shed=ladder.shed, calm_seconds=round(ladder.calm_for(now), 1),
+            calm_needed_seconds=policy.hysteresis.calm_seconds if ladder.rung > 0 else None,
             gateway=self._gateway(policy), limits=policy.modes[ladder.rung].gateway.model_dump(),
             last_decision_seconds_ago=None if self.last.at_s is None
             else round(now - self.last.at_s, 1),

@@ -43,6 +43,7 @@ async def test_issue_19_status_text_and_json(service: Supervisor) -> None:
     assert first.startswith("fleet test: mode fast (rung 0 of 1), engine ready for ")
     assert why.startswith("why: engine ready in mode fast")
     assert calm.startswith("calm ") and "probation: none; pinned: no; paused: no" in calm
+    assert "before a step up" not in calm                      # the top rung: none to take
     assert memory.startswith("memory: MemAvailable ") and "unknown" not in memory
     assert inflight.startswith("in flight: engine 0 running, 0 waiting; gateway 0 in flight")
     assert ladder == "ladder:" and rungs[0].startswith("  * 0 fast") and "1 safe" in rungs[1]
@@ -57,6 +58,9 @@ async def test_issue_19_every_lever_moves_the_ladder(service: Supervisor) -> Non
     rc, out, err = await cli(service, "step", "down")
     assert (rc, out.strip()) == (0, "step-down: done; mode fast, stepping to safe"), err
     await ready_in(service, 1)
+    rc, out, _ = await cli(service, "status")
+    calm_needed = service.policy.hysteresis.calm_seconds
+    assert f" of {calm_needed:g} s before a step up" in out.splitlines()[2]
     rc, _, err = await cli(service, "step", "down")             # no rung below the safest
     assert rc == 1 and "HTTP 409" in err and "no rung down of safe" in err
     rc, out, _ = await cli(service, "step", "up")

@@ -90,6 +90,9 @@ async def test_issue_19_every_button_moves_the_ladder(tmp_path: Path,
             await page.wait_for_function(
                 "document.querySelector('#ladder li.current').dataset.mode === 'safe'",
                 timeout=10_000)
+            await page.wait_for_function(
+                "document.querySelector('#meta').textContent.includes("
+                "' of 30 min before a step up')", timeout=10_000)   # hysteresis.calm_seconds
             SHOTS.mkdir(exist_ok=True)
             await page.screenshot(path=str(SHOTS / "levers-stepped-down.png"), full_page=True)
 

@@ -45,6 +45,8 @@ class StatusOut(BaseModel):
     probation_seconds_left: float | None
     shed: bool
     calm_seconds: float
+    calm_needed_seconds: float | None = None
+    """Calm a step up waits for (``hysteresis.calm_seconds``); None on the top rung."""
     gateway: dict[str, Any] | None
     limits: dict[str, Any]
     """The current mode's gateway limits (before shedding)."""

@@ -105,7 +105,10 @@ function renderStatus(st) {
   engine.title = `run ${st.engine_run_id ?? "none"}, pid ${st.engine_pid ?? "none"}`;
   const gw = st.gateway;
   $("#meta").textContent = [
-    `v${st.version}`, `up ${duration(st.uptime_seconds)}`, `calm ${duration(st.calm_seconds)}`,
+    `v${st.version}`, `up ${duration(st.uptime_seconds)}`,
+    `calm ${duration(st.calm_seconds)}` + (st.calm_needed_seconds == null ? ""
+      : ` of ${duration(st.calm_needed_seconds)} before a step up`),
+    st.probation_seconds_left ? `probation ${duration(st.probation_seconds_left)} left` : null,
     gw ? `gateway ${gw.requests_in_flight} in flight, ${gw.requests_queued} queued` +
       (gw.max_concurrency === null ? "" : ` (max ${gw.max_concurrency})`) +
       (gw.held ? ", holding requests" : "") : null,
