@@ -78,7 +78,7 @@ async def test_issue_19_every_button_moves_the_ladder(tmp_path: Path,
             assert confirms[-1].startswith("Step down from fast to safe: the engine is "
                                            "drained and restarted in the safer mode")
             await asyncio.sleep(1.0)
-            assert sup.ladder.rung == 0 and sup.ladder.requested is None and not prompts
+            assert sup.ladder.rung == 0 and sup.ladder.state.requested is None and not prompts
             answer["confirm"] = True
 
             await page.click("#lever-step-down")                 # a real step down
@@ -104,19 +104,19 @@ async def test_issue_19_every_button_moves_the_ladder(tmp_path: Path,
             await page.click("#lever-pin")
             assert confirms[-1].startswith("Pin the ladder to safe")
             await ready_on(1)
-            assert sup.ladder.pinned == 1
+            assert sup.ladder.state.pinned == 1
             await page.wait_for_function("!document.querySelector('#lever-unpin').disabled",
                                          timeout=10_000)
             await page.click("#lever-unpin")
-            await wait_for(lambda: sup.ladder.pinned is None, timeout=10, what="unpinned")
+            await wait_for(lambda: sup.ladder.state.pinned is None, timeout=10, what="unpinned")
             await page.click("#lever-pause")
-            await wait_for(lambda: sup.ladder.paused, timeout=10, what="paused")
+            await wait_for(lambda: sup.ladder.state.paused, timeout=10, what="paused")
             await page.wait_for_function(
                 "document.querySelector('#ladder li.current .tag.paused') !== null",
                 timeout=10_000)
             await page.screenshot(path=str(SHOTS / "levers-paused.png"), full_page=True)
             await page.click("#lever-resume")
-            await wait_for(lambda: not sup.ladder.paused, timeout=10, what="resumed")
+            await wait_for(lambda: not sup.ladder.state.paused, timeout=10, what="resumed")
             run_id = sup.launcher.run.run_id
             await page.click("#lever-restart")
             assert confirms[-1].startswith("Restart the engine in ")
