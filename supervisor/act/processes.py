@@ -128,23 +128,47 @@ def shm_snapshot() -> set[str]:
 
 
 def _paths_in_use(candidates: set[str]) -> set[str]:
-    """Which /dev/shm names some live process still maps or holds open."""
+    """Which /dev/shm names some live process still maps or holds open.
+
+    Matched by device and inode, not by path: glibc's sem_open() creates a semaphore
+    under a temporary name, maps it, then links it to ``sem.<name>``, so /proc/PID/maps
+    shows ``/dev/shm/sem.XXXXXX (deleted)`` for a live multiprocessing semaphore
+    (checked on Python 3.11, glibc 2.36). Matching paths missed every one of them, and
+    one supervisor's clean-up removed the semaphores of another engine starting on the
+    same host (its EngineCore's workers then failed with FileNotFoundError in
+    SemLock._rebuild)."""
+    wanted: dict[tuple[int, int], str] = {}
+    for n in candidates:
+        try:
+            st = os.stat(SHM_DIR / n)
+        except FileNotFoundError:
+            continue
+        wanted[(st.st_dev, st.st_ino)] = n
     used: set[str] = set()
-    wanted = {str(SHM_DIR / n): n for n in candidates}
     for pid in psutil.pids():
         try:
             with open(f"/proc/{pid}/maps") as f:
                 for line in f:
-                    path = line.rstrip("\n").rpartition(" ")[2]
-                    if path in wanted:
-                        used.add(wanted[path])
+                    key = _mapped_file(line)
+                    if key in wanted:
+                        used.add(wanted[key])
             for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target in wanted:
-                    used.add(wanted[target])
+                st = os.stat(f"/proc/{pid}/fd/{fd}")      # the open file, even if unlinked
+                if (st.st_dev, st.st_ino) in wanted:
+                    used.add(wanted[(st.st_dev, st.st_ino)])
         except OSError:
             continue  # the process ended or is not ours to read: it holds nothing we saw
     return used
+
+
+def _mapped_file(line: str) -> tuple[int, int] | None:
+    """(st_dev, inode) of the file one /proc/PID/maps line maps, or None (anonymous).
+    The line: ``start-end perms offset MAJ:MIN inode path`` (proc(5); MAJ:MIN in hex)."""
+    fields = line.split(maxsplit=5)
+    if len(fields) < 5 or fields[4] == "0":
+        return None
+    major, _, minor = fields[3].partition(":")
+    return os.makedev(int(major, 16), int(minor, 16)), int(fields[4])
 
 
 def remove_stale_shm(before: Iterable[str]) -> list[str]:
