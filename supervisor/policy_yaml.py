@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -200,9 +201,10 @@ def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = 
     return policy
 
 
-def load_policy_file(path: str | Path) -> Policy:
+def load_policy_file(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
     """Read and validate a policy file; relative paths resolve against its directory,
-    ``${NAME}`` resolves from the process environment.
+    ``${NAME}`` resolves from the process environment; an unset state directory defaults
+    from ``environ`` (default ``os.environ``; ``policy_paths.with_state_default``).
 
     Raises: ``PolicyError`` (file unreadable, not UTF-8, invalid YAML, invalid policy).
     """
@@ -217,4 +219,7 @@ def load_policy_file(path: str | Path) -> Policy:
         line = raw[:exc.start].count(b"\n") + 1
         raise PolicyError(str(p), message=f"not UTF-8 text: byte 0x{raw[exc.start]:02x} "
                           f"on line {line}") from None
-    return load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))
+    from supervisor.policy_paths import with_state_default
+
+    policy = load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))
+    return with_state_default(policy, p, environ)

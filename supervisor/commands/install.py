@@ -35,7 +35,8 @@ from pathlib import Path
 
 from supervisor.act.systemd import DEFAULT_USER, unit_file
 from supervisor.errors import SetupError
-from supervisor.policy import Policy, default_state_directory, load_policy, load_policy_file
+from supervisor.policy import Policy, load_policy, load_policy_file
+from supervisor.policy_paths import with_state_default
 
 __all__ = ["add_parsers", "run"]
 
@@ -236,8 +237,8 @@ def run(args: argparse.Namespace) -> int:
     if real != path:
         # The policy as the service will see it: relative paths and the state default
         # (a file in /etc: /var/lib/agent-supervisor/<fleet>) from where it really lives.
-        policy = load_policy(path.read_text(), source=str(path), base_dir=real.parent)
-        policy._default_state_dir = default_state_directory(real, policy.fleet, {})
+        policy = with_state_default(load_policy(path.read_text(), source=str(path),
+                                                base_dir=real.parent), real, {})
     if args.command == "install":
         return install(policy, real, args)
     return uninstall(policy, args)
