@@ -231,7 +231,7 @@ SEQUENCE: list[Callable[[Rig], Result]] = [
     crash_scenario("whole engine killed", _kill_group, ("exited", "engine_core_died"),
                    "SIGKILL of the process group"),
     crash_scenario("orphaned engine children", _kill_api_server,
-                   ("exited", "engine_core_died"),
+                   ("orphan_engine_core", "exited", "engine_core_died"),
                    "SIGKILL of the API server alone: EngineCore and Worker live on"),
     hang,
     memory_floor,
