@@ -23,7 +23,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     field_validator,
@@ -31,6 +30,7 @@ from pydantic import (
 )
 
 from supervisor.errors import PolicyError
+from supervisor.policy_base import POLICY_CONFIG
 from supervisor.policy_guards import (
     AdminSpec,
     AlertSpec,
@@ -76,7 +76,7 @@ _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = POLICY_CONFIG
 
 
 class EngineSpec(_Model):

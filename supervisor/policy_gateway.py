@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
+
+from supervisor.policy_base import POLICY_CONFIG, Seconds
 
 __all__ = ["ApiKey", "GatewayLimits", "GatewaySpec"]
 
-Seconds = Annotated[float, Field(gt=0)]
-
-
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = POLICY_CONFIG
 
 
 class GatewayLimits(_Model):

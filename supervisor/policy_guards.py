@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from supervisor.policy_base import POLICY_CONFIG, Ratio, Seconds
 from supervisor.policy_gateway import ApiKey, GatewayLimits, GatewaySpec
 from supervisor.policy_thresholds import (
     EngineHungGuard,
@@ -60,14 +61,8 @@ __all__ = [
     "TimeWindow",
 ]
 
-GiB = 1024**3
-Seconds = Annotated[float, Field(gt=0)]
-Ratio = Annotated[float, Field(gt=0, le=1)]
-
-
 class _Model(BaseModel):
-    # allow_inf_nan=False: ``inf`` seconds crashed ``systemd-unit`` (issue 17).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = POLICY_CONFIG
 
 
 _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from supervisor.policy_base import POLICY_CONFIG, GiB, Ratio, Seconds
 
 __all__ = [
     "EngineHungGuard",
@@ -26,14 +28,8 @@ __all__ = [
     "ThermalGuard",
 ]
 
-GiB = 1024**3
-Seconds = Annotated[float, Field(gt=0)]
-Ratio = Annotated[float, Field(gt=0, le=1)]
-
-
 class _Model(BaseModel):
-    # allow_inf_nan=False: ``inf`` seconds crashed ``systemd-unit`` (issue 17).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = POLICY_CONFIG
 
 
 class EngineHungGuard(_Model):

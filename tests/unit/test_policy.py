@@ -208,6 +208,20 @@ def test_issue_17_non_finite_numbers_are_refused(value: str) -> None:
     assert err.field == "sampling.canary_timeout_seconds" and "finite" in err.reason
 
 
+@pytest.mark.parametrize(("section", "field"), [
+    ("gateway: {drain_timeout_seconds: .inf}", "gateway.drain_timeout_seconds"),
+    ("gateway: {header_timeout_seconds: .inf}", "gateway.header_timeout_seconds"),
+    ("gateway: {hold_timeout_seconds: .nan}", "gateway.hold_timeout_seconds"),
+    ("restart: {restart_delay_max_seconds: .inf}", "restart.restart_delay_max_seconds"),
+])
+def test_issue_17_every_policy_section_refuses_non_finite_numbers(section: str,
+                                                                  field: str) -> None:
+    # The gateway's sections were built on a base without allow_inf_nan=False and let
+    # ``inf`` through: every section now shares policy_base.POLICY_CONFIG.
+    err = _refused(MINIMAL + section + "\n")
+    assert err.field == field and "finite" in err.reason
+
+
 SECRET = "hunter2-s3cr3t-value"
 
 
