@@ -93,10 +93,15 @@ def hang(rig: Rig) -> Result:
     time.sleep(max(3.0, grace + 1 - (time.time() - run.ready_at.timestamp())))
     t0 = time.time()
     os.kill(Rig.child(pid, "VLLM::EngineCore"), signal.SIGSTOP)
-    _finish(rig, res, t0, ("engine_hung",))
-    res.extra["target_seconds"] = stall + tick
+    inc, _ = _finish(rig, res, t0, ("engine_hung",))
+    # The guard's own window: stall_seconds plus its allowance for the prompt tokens in
+    # flight (issue 13: one prefill step grows with the prompt), as its evidence says.
+    window = next((f["evidence"].get("stall_seconds") for f in inc.findings
+                   if f.get("kind") == "engine_hung"), None) or stall
+    res.extra["stall_window_seconds"] = window
+    res.extra["target_seconds"] = window + tick
     res.ok = rig.group_gone(pid) and res.detected_seconds is not None \
-        and res.detected_seconds <= stall + tick + 1.0
+        and res.detected_seconds <= window + tick + 1.0
     return res
 
 
