@@ -5,6 +5,7 @@ one (issue 14, item 1)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -20,13 +21,12 @@ from tests.conftest import ROOT
 from tests.integration.conftest import demo_policy, engine_core_pid
 
 #: MTP k=2 with its untrained layer: about a third of plain speed (shared/CPU_ENGINE.md),
-#: so a kill at the first chunk the client reads still lands while the engine generates
-#: (without speculation the engine had made all 900 tokens by then on a quiet box).
+#: so the stream lasts seconds and the kill (150 tokens in) lands mid-stream.
 MODES = [{"name": "mtp2", "args": {"--speculative-config": {"method": "mtp",
                                                            "num_speculative_tokens": 2},
                                    "--max-num-seqs": 4, "--max-model-len": 2048}}]
 PROMPT = "I will read the file in main.py"
-#: Long enough that a kill at the first chunk lands mid-stream.
+#: Long enough that a kill 150 tokens in lands mid-stream.
 LONG = 1900
 #: This anthropic SDK (2.x) takes no temperature argument; the body field still works.
 GREEDY = {"temperature": 0}
@@ -51,17 +51,50 @@ def completion_stream(client: openai.OpenAI):
         extra_body={"ignore_eos": True}, stream_options={"include_usage": True})
 
 
-def read(stream, kill_after_s: float | None = None, api_pid: int | None = None):
-    """Text and usage of a stream; SIGKILL the EngineCore ``kill_after_s`` after the first
-    chunk. Timed from the engine's side, not by chunks read: the client reads from socket
-    buffers that the gateway may have filled long before (a kill after 20 events read
-    found the whole stream already made)."""
-    text, usage, timer = "", None, None
+def generated(engine_port: int) -> float:
+    """``vllm:generation_tokens_total`` read from the engine itself (not the gateway)."""
+    text = httpx.get(f"http://127.0.0.1:{engine_port}/metrics", timeout=10).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("vllm:generation_tokens_total"))
+
+
+class KillMidStream:
+    """SIGKILL the EngineCore of ``api_pid`` once the engine has generated ``tokens`` more
+    tokens than when armed, judged from the engine's own counter.
+
+    Not from chunks the client read: on 2 cores the busy CPU engine starves the client and
+    the gateway for seconds (shared/CPU_ENGINE.md), and on a quiet CI box the engine had
+    made all 1,900 tokens before the client read its first chunk, so nothing was cut.
+    """
+
+    def __init__(self, api_pid: int, engine_port: int, tokens: int = 150) -> None:
+        self.core = engine_core_pid(api_pid)
+        self.port, self.tokens = engine_port, tokens
+        self.start = generated(engine_port)
+        self.killed_at: float | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                now = generated(self.port)
+                if now - self.start >= self.tokens:
+                    os.kill(self.core, signal.SIGKILL)
+                    self.killed_at = now - self.start
+                    return
+            time.sleep(0.01)
+
+    def join(self) -> None:
+        self.thread.join(timeout=130)
+        assert self.killed_at is not None, "the engine never reached the kill point"
+
+
+def read(stream, killer: KillMidStream | None = None):
+    """Text and usage of a stream (joined with ``killer``, if one was armed)."""
+    text, usage = "", None
     for chunk in stream:
-        if kill_after_s is not None and timer is None:
-            core = engine_core_pid(api_pid)
-            timer = threading.Timer(kill_after_s, os.kill, (core, signal.SIGKILL))
-            timer.start()
         if chunk.choices:
             c = chunk.choices[0]
             piece = getattr(c, "text", None)
@@ -70,8 +103,8 @@ def read(stream, kill_after_s: float | None = None, api_pid: int | None = None):
             text += piece or ""
         if chunk.usage:
             usage = chunk.usage
-    if timer is not None:
-        timer.join()
+    if killer is not None:
+        killer.join()
     return text, usage
 
 
@@ -111,7 +144,8 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     ref_text, ref_usage = read(chat_stream(oa))
     assert ref_usage.completion_tokens == LONG
     t0 = time.monotonic()
-    got_text, got_usage = read(chat_stream(oa), kill_after_s=0.0, api_pid=run1.pid)
+    killer = KillMidStream(run1.pid, svc.port)
+    got_text, got_usage = read(chat_stream(oa), killer)
     held = time.monotonic() - t0
     print(f"resumed chat: {len(got_text)} chars of {len(ref_text)}; usage {got_usage}; "
           f"status {httpx.get(base + '/gateway/status').json()['resumptions']}")
@@ -127,7 +161,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
 
     # 3. A text completion stream, the same way: resumed token-level.
     ref_text, ref_usage = read(completion_stream(oa))
-    got_text, got_usage = read(completion_stream(oa), kill_after_s=0.0, api_pid=run2.pid)
+    got_text, got_usage = read(completion_stream(oa), KillMidStream(run2.pid, svc.port))
     svc.ready_runs(3)
     assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="token",'
                        'outcome="resumed",path="/v1/completions"}') == 1

@@ -54,16 +54,19 @@ def test_serve_survive_kills_step_down_and_stop(tmp_path: Path, service_factory)
     assert svc.store.runs()[1].outcome == "engine_core_died"
     svc.chat()
 
-    # 3. A second kill within the interval (start_limit_burst 2): step down to MTP k=1.
+    # 3. A second kill within the interval (start_limit_burst 2), both crashes with
+    # speculation on and no known signature: issue 13 (kind 7) steps past MTP k=1 to the
+    # first rung without speculation, not merely one rung down.
     os.kill(engine_core_pid(runs[1].pid), signal.SIGKILL)
     runs = svc.ready_runs(3)
-    assert runs[2].mode == "mtp1"
-    assert spec_config(runs[2].argv) == {"method": "mtp", "num_speculative_tokens": 1}
+    assert runs[2].mode == "nospec"
+    assert spec_config(runs[2].argv) is None
     (tr,) = svc.store.transitions()
-    assert (tr.from_mode, tr.to_mode, tr.actor) == ("mtp2", "mtp1", "guard:engine_dead")
+    assert (tr.from_mode, tr.to_mode, tr.actor) == ("mtp2", "nospec", "guard:engine_dead")
     step = next(i for i in svc.store.incidents() if i.severity != "info")
     assert step.action == "step_down" and step.id == tr.incident_id
-    assert "-> step down to mtp1" in step.explanation
+    assert "every one with speculation on -> skip speculation: step down to nospec" \
+        in step.explanation
     svc.chat()
 
     # 4. SIGTERM: the engine is stopped cleanly, nothing of any run survives, exit 0.
