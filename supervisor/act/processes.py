@@ -92,7 +92,8 @@ class Leftovers:
 
 
 def read_leftovers(pgid: int) -> Leftovers:
-    """Who is still alive in process group ``pgid`` (zombies left out), with their state."""
+    """Who is still alive in process group ``pgid`` (zombies and exiting processes, whose
+    memory is gone, left out; state D kept), with their state."""
     pids, stuck, roles, rss = [], [], [], 0
     for pid in group_members(pgid):
         try:
@@ -101,6 +102,11 @@ def read_leftovers(pgid: int) -> Leftovers:
             cmdline = proc.cmdline()
             mem = proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if mem == 0 and status != psutil.STATUS_DISK_SLEEP:
+            # Exiting: its memory is already gone, it holds nothing (a SIGKILLed group
+            # seen mid-exit showed its EngineCore and Worker so, RSS 0 and no cmdline,
+            # and was taken for orphans). One in state D is kept: it may be wedged.
             continue
         pids.append(pid)
         roles.append(cmdline[0] if cmdline else proc.name())
