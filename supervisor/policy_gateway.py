@@ -76,6 +76,10 @@ class GatewaySpec(_Model):
     resume: bool = True
     """Continue a chat or text completion stream cut by an engine crash on the next
     engine, from what was sent (supervisor/gateway/resume.py)."""
+    degenerate_repeat_units: Annotated[int, Field(ge=8)] = 256
+    """An answer ending in one unit of at most 16 characters (a token) repeated this many
+    times, not asked for by the prompt, is degenerate: the ``corrupted_output`` guard's
+    evidence (token 0 after NaN logits until ``max_tokens``: vllm #55766)."""
     max_resumes_per_request: Annotated[int, Field(ge=0)] = 2
     """Crashes one stream may be carried across; the next ends it with an error event."""
 

@@ -48,6 +48,7 @@ from supervisor.gateway.body import BadBody, parse_body
 from supervisor.gateway.errors import api_error, openai_error
 from supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from supervisor.gateway.prompt import estimate_tokens, exact_tokens
+from supervisor.gateway.quality import AnswerWatch, agent_label
 from supervisor.gateway.resume import Resumption, plan_resumption
 from supervisor.gateway.streaming import DROP, response_headers, send_upstream, stream_response
 
@@ -141,7 +142,10 @@ def _gateway_api(gw: Gateway) -> FastAPI:
                 "max_prompt_tokens": a.limits.max_prompt_tokens,
                 "requests_in_flight": a.in_flight, "requests_queued": a.queued,
                 "bytes_queued": a.queued_bytes,
-                "resumptions": list(gw.resumptions.recent)[-20:]}
+                "resumptions": list(gw.resumptions.recent)[-20:],
+                "parser_errors_by_agent": dict(gw.quality.by_agent),
+                "degenerate_answers": gw.quality.degenerate_streams_total,
+                "repeated_prefix_tokens": gw.quality.repeated_prefix_tokens_total}
 
     return app
 
@@ -294,17 +298,19 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
                          headers={"Retry-After": str(exc.retry_after_seconds)})
     gw.metrics.queue_wait.observe(waited)
     plan = plan_resumption(path, body, raw) if gw.spec.resume else None
+    watch = gw.quality.watch(agent_label(_agent_key(request), gw.key_names),
+                             gw.quality.request(body)) if body else None
     try:
         return await _forward(gw, request, api, path, plan.upstream_raw if plan else raw,
-                              stack, plan=plan)
+                              stack, plan=plan, watch=watch)
     except BaseException:
         await stack.aclose()
         raise
 
 
 async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: bytes,
-                   slot: AsyncExitStack | None, *,
-                   plan: Resumption | None = None) -> Response:
+                   slot: AsyncExitStack | None, *, plan: Resumption | None = None,
+                   watch: AnswerWatch | None = None) -> Response:
     """Send upstream; retry once on a failure before any byte reached the client."""
     epoch = gw.epoch
     headers = upstream_headers(gw, request)
@@ -318,7 +324,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
                 raise aiohttp.ServerDisconnectedError(f"engine answered {resp.status} "
                                                       "during a switch")
             if resp.content_type == "text/event-stream":
-                return stream_response(gw, api, resp, slot, plan, headers, query)
+                return stream_response(gw, api, resp, slot, plan, headers, query, watch)
             content = await resp.read()
             resp.release()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -342,6 +348,8 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
             raise
         if slot is not None:
             await slot.aclose()
+        if watch is not None:
+            watch.whole(resp.status, content, switched=gw.switched(epoch))
         gw.metrics.requests.labels("ok" if resp.status < 500 else "upstream_error").inc()
         return Response(content, status_code=resp.status, headers=response_headers(resp))
     raise AssertionError("unreachable: the loop returns")

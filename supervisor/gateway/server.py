@@ -20,6 +20,7 @@ from supervisor.gateway.connections import bounded_protocol, connection_limit
 from supervisor.gateway.metrics import GatewayMetrics
 from supervisor.gateway.paths import Routes
 from supervisor.gateway.proxy import GatewayApp
+from supervisor.gateway.quality import Quality
 from supervisor.gateway.resume import ResumptionLog
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
@@ -52,8 +53,10 @@ class Gateway:
         self.resumptions = ResumptionLog(self.metrics)
         self.routes = self._routes(self.spec.extra_paths)
         self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
+        self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
+        self.quality = Quality(registry, repeat_units=self.spec.degenerate_repeat_units)
         self.epoch = 0
         """Bumped at every hold: a request that started in an older epoch met a switch."""
         self._ready = asyncio.Event()
@@ -79,8 +82,10 @@ class Gateway:
         a = self.admission
         self.metrics.in_flight.set(a.in_flight)
         self.metrics.queued.set(a.queued)
+        q = self.quality
         return GatewayLoad(a.in_flight, a.queued, a.prompt_tokens_in_flight,
-                           a.prompt_tokens_queued)
+                           a.prompt_tokens_queued, q.repeated_prefix_tokens_total,
+                           q.parser_errors_total, q.degenerate_streams_total)
 
     # -- GatewayControl --------------------------------------------------------------
 
@@ -113,8 +118,10 @@ class Gateway:
         self.policy = policy
         self.spec = policy.gateway
         self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
+        self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
+        self.quality.repeat_units = self.spec.degenerate_repeat_units
         self.admission.shed_factor = policy.hysteresis.shed_factor
         self.admission.hold_timeout_seconds = self.spec.hold_timeout_seconds
         self.admission.max_held = self.spec.max_held_requests

@@ -24,6 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from supervisor.gateway.errors import sse_error
 from supervisor.gateway.paths import Api
 from supervisor.gateway.prompt import exact_tokens
+from supervisor.gateway.quality import AnswerWatch
 from supervisor.gateway.resume import Resumption, StreamTap
 
 if TYPE_CHECKING:
@@ -65,8 +66,9 @@ class _Stream:
 
     def __init__(self, gw: Gateway, api: Api, resp: aiohttp.ClientResponse,
                  slot: AsyncExitStack | None, plan: Resumption | None,
-                 headers: dict[str, str], query: str) -> None:
+                 headers: dict[str, str], query: str, watch: AnswerWatch | None) -> None:
         self.gw, self.api, self.up, self.slot, self.plan = gw, api, resp, slot, plan
+        self.watch = watch
         self.headers, self.query = headers, query
         self.outcome = "ok"
         self.closed = False
@@ -89,6 +91,8 @@ class _Stream:
         tap, self.cut = self.tap, None
         try:
             async for chunk in self.up.content.iter_any():
+                if self.watch is not None:
+                    self.watch.feed_sse(chunk)
                 out = tap.feed(chunk)
                 if out:
                     yield out
@@ -115,6 +119,8 @@ class _Stream:
                 async for out in self._pass_on():
                     yield out
                 if self.cut is None:
+                    if self.watch is not None:
+                        self.watch.end_stream()
                     return
                 epoch_at_cut = gw.epoch
                 how = None if plan is None else plan.refusal(self.tap, resumes,
@@ -149,10 +155,11 @@ class _Stream:
 
 def stream_response(gw: Gateway, api: Api, resp: aiohttp.ClientResponse,
                     slot: AsyncExitStack | None, plan: Resumption | None,
-                    headers: dict[str, str], query: str) -> Response:
+                    headers: dict[str, str], query: str,
+                    watch: AnswerWatch | None = None) -> Response:
     """The client's streaming response for the engine's ``resp`` (``plan``: how to
-    continue it after a cut, or None)."""
-    stream = _Stream(gw, api, resp, slot, plan, headers, query)
+    continue it after a cut, or None; ``watch``: supervisor/gateway/quality.py)."""
+    stream = _Stream(gw, api, resp, slot, plan, headers, query, watch)
     response = StreamingResponse(stream.body(), status_code=resp.status,
                                  headers=response_headers(resp))
     response.supervisor_close = stream.close  # type: ignore[attr-defined]

@@ -20,6 +20,10 @@ class GatewayLoad:
     requests_queued: int
     prompt_tokens_in_flight: int
     prompt_tokens_queued: int
+    repeated_prefix_tokens_total: int | None = None
+    """Counters since the gateway started (supervisor/gateway/quality.py)."""
+    parser_errors_total: int | None = None
+    degenerate_streams_total: int | None = None
 
 
 class GatewayLoadSource(Protocol):
@@ -34,10 +38,16 @@ def gateway_fields(source: GatewayLoadSource | None) -> dict[str, int | None]:
     if load is None:
         return dict.fromkeys(("gateway_requests_in_flight", "gateway_requests_queued",
                               "gateway_prompt_tokens_in_flight",
-                              "gateway_prompt_tokens_queued"))
+                              "gateway_prompt_tokens_queued",
+                              "gateway_repeated_prefix_tokens_total",
+                              "gateway_parser_errors_total",
+                              "gateway_degenerate_streams_total"))
     return {
         "gateway_requests_in_flight": load.requests_in_flight,
         "gateway_requests_queued": load.requests_queued,
         "gateway_prompt_tokens_in_flight": load.prompt_tokens_in_flight,
         "gateway_prompt_tokens_queued": load.prompt_tokens_queued,
+        "gateway_repeated_prefix_tokens_total": load.repeated_prefix_tokens_total,
+        "gateway_parser_errors_total": load.parser_errors_total,
+        "gateway_degenerate_streams_total": load.degenerate_streams_total,
     }

@@ -190,6 +190,9 @@ class Sample:
     """Responses the gateway saw end badly while the engine was fine: tool-call or
     reasoning parser errors, ``content: null`` with ``finish_reason: stop``, a 5xx on one
     request (vllm #46464). Counted per agent key at the gateway; summed here."""
+    gateway_degenerate_streams_total: int | None = None
+    """Answers the gateway saw end in one short unit repeated for hundreds of tokens
+    that the prompt did not ask for (token 0 after NaN logits: vllm #55766)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping of every field (``None`` kept, state as its string)."""

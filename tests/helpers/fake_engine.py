@@ -115,15 +115,24 @@ class Handler(BaseHTTPRequestHandler):
         last = (body.get("messages") or [{}])[-1]
         if body.get("continue_final_message") and last.get("role") == "assistant":
             start = len(last.get("content", "").split())    # continue after those words
-        words = [f"w{i}" for i in range(start, state["tokens"])]
+        words = [state["word"] or f"w{i}" for i in range(start, state["tokens"])]
         if isinstance(body.get("max_tokens"), int):
             words = words[:body["max_tokens"]]
+        state["chats"] += 1
+        if state["fail_every"] and state["chats"] % state["fail_every"] == 0:
+            self._send(500, json.dumps({"error": {"message": "Failed to parse tool call "
+                                        "arguments as JSON", "type": "InternalServerError",
+                                        "code": 500}}).encode())
+            return
+        if state["null_content"]:
+            words = []
         if not body.get("stream"):
             if not self._wait_or_abort(state["delay"] * len(words)):
                 return
             reply = {"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
                      "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                         "role": "assistant", "content": " ".join(words)}}],
+                         "role": "assistant",
+                         "content": " ".join(words) if words else None}}],
                      "usage": {"prompt_tokens": 3, "completion_tokens": len(words),
                                "total_tokens": 3 + len(words)}}
             self._send(200, json.dumps(reply).encode())
@@ -140,6 +149,9 @@ class Handler(BaseHTTPRequestHandler):
                          "content": word + " "}, "finish_reason": None}]}
             self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
             time.sleep(state["delay"])
+        end = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        self._chunk(f"data: {json.dumps(end)}\n\n".encode())
         usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
                  "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(words),
                                           "total_tokens": 3 + len(words)}}
@@ -271,6 +283,12 @@ def main() -> None:
     p.add_argument("--token-delay", type=float, default=0.0, help="seconds between words")
     p.add_argument("--break-stream-after", type=int, default=None,
                    help="die (exit 1) after sending this many words of a stream")
+    p.add_argument("--word", default=None,
+                   help="every chat word is this one (a degenerate answer when repeated)")
+    p.add_argument("--null-content", action="store_true",
+                   help="chat answers stop with content null (vllm #45736)")
+    p.add_argument("--fail-every", type=int, default=0,
+                   help="every Nth chat request answers 500 with a tool parser error")
     p.add_argument("--balloon-mb", type=int, default=0,
                    help="hold this much memory in a detached process (outlives us)")
     p.add_argument("--balloon-hold", type=float, default=10.0,
@@ -281,6 +299,8 @@ def main() -> None:
     state["hang"] = args.hang_completions
     state["tokens"], state["delay"] = args.tokens, args.token_delay
     state["break_after"] = args.break_stream_after
+    state["word"], state["null_content"] = args.word, args.null_content
+    state["fail_every"], state["chats"] = args.fail_every, 0
     if args.bad_flag:
         print("error: unrecognized arguments: --bad-flag", flush=True)
         sys.exit(2)

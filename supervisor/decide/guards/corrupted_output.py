@@ -7,6 +7,12 @@ samples token 0 until ``max_tokens`` (32,768 tokens over 11 minutes), and retryi
 request fails the same way until the prefix cache turns over (vllm #55766). A restart
 clears the cache; the start limit then steps to the first rung without speculation
 (``decide``: repeated crashes in a speculative mode). Unknown (no series) stays unknown.
+
+The same failure seen from outside: the gateway counts answers that end in one short unit
+repeated for hundreds of tokens that the prompt did not ask for
+(``gateway_degenerate_streams_total``, supervisor/gateway/quality.py; the engine without
+``VLLM_COMPUTE_NANS_IN_LOGITS`` counts nothing). A rise during this run is the same
+finding. A client asking for repeated text is not counted there (its negative control).
 Pure.
 """
 
@@ -21,6 +27,7 @@ __all__ = ["GUARD", "check"]
 
 GUARD = "corrupted_output"
 FIELD = "corrupted_requests_total"
+DEGENERATE = "gateway_degenerate_streams_total"
 
 
 def check(sit: Situation) -> list[Finding]:
@@ -32,13 +39,27 @@ def check(sit: Situation) -> list[Finding]:
     run = Window.of(sit.run_samples())
     first = next(iter(run), None)
     grown = run.increase(FIELD, first.t_s) if first is not None else None
-    if grown is None or grown[0] <= 0:
+    bad = run.increase(DEGENERATE, first.t_s) if first is not None else None
+    if (grown is None or grown[0] <= 0) and (bad is None or bad[0] <= 0):
         return []
-    evidence = {"corrupted_requests": grown[0], "seconds": round(grown[1], 1),
+    if grown is None or grown[0] <= 0:
+        assert bad is not None
+        return [_finding(sit, {"degenerate_answers": bad[0], "seconds": round(bad[1], 1)},
+                         f"{bad[0]:g} answers at the gateway ended in one token repeated "
+                         "for hundreds of tokens, not asked for by their prompts: the "
+                         "engine serves garbage")]
+    return [_finding(sit, {"corrupted_requests": grown[0], "seconds": round(grown[1], 1)},
+                     f"{grown[0]:g} requests with NaN logits (vllm:corrupted_requests_total): "
+                     "the engine serves garbage")]
+
+
+def _finding(sit: Situation, counts: dict[str, float], summary: str) -> Finding:
+    s = sit.latest
+    assert s is not None
+    evidence = {**counts,
                 "mode": sit.mode.name, "speculative": sit.mode.speculative,
                 "prefix_caching": "--enable-prefix-caching" in sit.policy.engine.args
                 or bool(sit.mode.args.get("--enable-prefix-caching")),
                 "run_id": s.engine_run_id}
-    return [Finding(GUARD, "corrupted_output", Severity.CRITICAL,
-                    f"{grown[0]:g} requests with NaN logits (vllm:corrupted_requests_total): "
-                    "the engine serves garbage", evidence, s.engine_run_id, Response.RESTART)]
+    return Finding(GUARD, "corrupted_output", Severity.CRITICAL, summary, evidence,
+                   s.engine_run_id, Response.RESTART)

@@ -1,0 +1,110 @@
+"""The gateway's answer judgement (supervisor/gateway/quality.py), on recorded shapes:
+degenerate runs, what a prompt asks for, repeated prefixes, parser-error answers."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client import CollectorRegistry
+
+from supervisor.gateway.quality import (
+    BLOCK_CHARS,
+    PrefixMemory,
+    Quality,
+    RepeatRun,
+    agent_label,
+    answer_problem,
+    asked_for,
+)
+
+
+def feed(run: RepeatRun, pieces) -> tuple[str, int] | None:
+    for p in pieces:
+        hit = run.feed(p)
+        if hit is not None:
+            return hit
+    return None
+
+
+def test_token_zero_repeated_is_found_after_the_threshold_and_not_before() -> None:
+    # vllm #55766: "!" (token 0) sampled until max_tokens after a normal start.
+    run = RepeatRun(256)
+    assert feed(run, ["Sure, ", "here ", "it ", "is"] + ["!"] * 250) is None
+    hit = feed(run, ["!"] * 10)
+    assert hit == ("!", 256)
+    assert run.feed("!") is None                     # each answer is counted once
+
+
+def test_speculative_chunks_carry_several_units() -> None:
+    run = RepeatRun(256)
+    assert feed(run, ["A"] + ["!!!!"] * 60) is None          # 240 units
+    hit = feed(run, ["!!!!"] * 10)
+    assert hit is not None and hit[0] == "!" and hit[1] >= 256
+
+
+def test_a_repeated_word_is_one_unit() -> None:
+    # anthropics/claude-code#82803: one token ("court") ~32,000 times.
+    hit = feed(RepeatRun(256), ["The "] + [" court"] * 300)
+    assert hit is not None and hit[0].strip() == "court" and len(hit[0]) == 6
+
+
+def test_ordinary_text_and_code_never_degenerate() -> None:
+    text = ("def f(x):\n    return [i * x for i in range(10)]\n\n" * 40
+            + "| a | b |\n|---|---|\n" * 30 + "The answer is 42. " * 20)
+    run = RepeatRun(256)
+    assert feed(run, [text[i:i + 7] for i in range(0, len(text), 7)]) is None
+
+
+def test_the_client_asking_for_repetition_is_told_apart() -> None:
+    assert asked_for("!", "Print '!!!!' forever")
+    assert asked_for(" ha", "Repeat the word ha 400 times")
+    assert asked_for("ab", "abababab")
+    assert not asked_for("!", "Hello! Summarise this file.")     # '!' once, no request
+    assert not asked_for(" court", "Who decides in a court of law?")
+    assert not asked_for("\n", "write a poem")
+
+
+def test_a_later_turn_repeats_the_earlier_turns_prefix() -> None:
+    mem = PrefixMemory()
+    system = {"role": "system", "content": "You are a coding agent. " * 60}
+    first = [system, {"role": "user", "content": "read main.py"}]
+    assert mem.observe(json.dumps(first)) == 0
+    q = Quality(CollectorRegistry(), repeat_units=256)
+    q.request({"messages": first})
+    second = {"messages": [*first, {"role": "assistant", "content": "done " * 50},
+                           {"role": "user", "content": "now fix the bug"}]}
+    q.request(second)
+    assert q.repeated_prefix_tokens_total >= (len(json.dumps(system)) // BLOCK_CHARS) * 64
+
+
+def test_distinct_prompts_repeat_nothing() -> None:
+    q = Quality(CollectorRegistry(), repeat_units=256)
+    for i in range(20):
+        q.request({"messages": [{"role": "user", "content": f"question {i}: " + str(i) * 900}]})
+    assert q.repeated_prefix_tokens_total == 0
+
+
+def test_answers_with_parser_errors() -> None:
+    null = {"choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": None}}]}
+    tool = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}}]}
+    ok = {"choices": [{"index": 0, "finish_reason": "stop",
+                       "message": {"role": "assistant", "content": "hi"}}]}
+    assert answer_problem(200, json.dumps(null).encode(), switched=False) == "content_null"
+    assert answer_problem(200, json.dumps(tool).encode(), switched=False) is None
+    assert answer_problem(200, json.dumps(ok).encode(), switched=False) is None
+    parse = b'{"error": {"message": "Failed to parse tool call arguments as JSON"}}'
+    assert answer_problem(500, parse, switched=False) == "parser_error"
+    assert answer_problem(502, b"bad gateway", switched=False) == "http_5xx"
+    assert answer_problem(503, b"", switched=True) is None       # a switch, not a parser
+    assert answer_problem(400, parse, switched=False) is None     # the client's fault
+
+
+def test_agents_are_named_never_by_their_key() -> None:
+    import hashlib
+    digest = hashlib.sha256(b"sk-secret").hexdigest()
+    assert agent_label("sk-secret", {digest: "coder"}) == "coder"
+    assert agent_label("sk-secret", {}) == f"key:{digest[:8]}"
+    assert "secret" not in agent_label("sk-secret", {})
+    assert agent_label("", {}) == "anonymous"
