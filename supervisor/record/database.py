@@ -6,6 +6,7 @@ SQLAlchemy errors are translated to ``StoreError`` here and in ``store``, once.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from alembic import command
@@ -45,6 +46,24 @@ SQLITE_BUSY_TIMEOUT_MS = 5000
 PG_CONNECT_TIMEOUT_SECONDS = 10
 
 
+def _create_private(path: Path) -> None:
+    """Create a new SQLite file 0600 in a 0700 directory, whatever the umask.
+
+    ``supervisor run`` sets umask 077, but every other command that opens the store
+    (incidents, export, calibrate, replay) runs under the caller's umask, and a database
+    they created first was 0644 (incidents and engine logs readable by every user).
+    SQLite gives its -wal and -shm files the main file's mode. An existing file is left
+    as it is.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+
+
 def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
     """A SQLAlchemy engine for ``url``; SQLite gets WAL, a busy timeout (ms) and foreign
     keys; PostgreSQL a pre-ping (a restarted server is reconnected) and a connect
@@ -56,7 +75,7 @@ def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> E
         if url.startswith("sqlite"):
             path = url.split("///", 1)[1] if "///" in url else ""
             if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(path))
             engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
 
             @event.listens_for(engine, "connect")

@@ -188,3 +188,21 @@ def test_issue_12_replay_a_closed_loop_scenario() -> None:
               str(ROOT / "policies" / "cpu-demo.yaml"))
     assert bad.returncode == 2 and "README.md" in bad.stderr
     assert sup("replay", "--policy", str(ROOT / "policies" / "cpu-demo.yaml")).returncode == 2
+
+
+def test_a_database_first_created_by_a_record_view_is_private(tmp_path: Path) -> None:
+    """Only ``run`` sets umask 077; a view run first under umask 022 used to create the
+    incident database 0644, readable by every user on the box."""
+    policy = tmp_path / "p.yaml"
+    state = tmp_path / "s"
+    policy.write_text(yaml.safe_dump({
+        "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)]},
+        "modes": [{"name": "only"}], "storage": {"state_directory": str(state)}}))
+    out = sup("incidents", "--policy", str(policy), "--json",
+              preexec_fn=lambda: os.umask(0o022))
+    assert out.returncode == 0, out.stderr
+    made = [p for p in state.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".db" for p in made), made
+    for p in made:
+        assert p.stat().st_mode & 0o777 == 0o600, (p, oct(p.stat().st_mode))
+    assert state.stat().st_mode & 0o777 == 0o700
