@@ -25,6 +25,8 @@
     supervisor logs [-f]                      the engine's log (follow across restarts)
     supervisor install --policy FILE [--root DIR]   a systemd service: user, state, token,
                                               unit, enabled (uninstall [--purge] undoes it)
+    supervisor fleet --database URL           every supervisor on one database: rung, last
+                                              incident, heartbeat age
 
 Exit status: 0 success; 1 the service gave up or a setup step failed (levers: the
 service refused it); 2 bad usage or a bad policy file (the message names the file, the
@@ -45,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor import __version__
-from supervisor.commands import install, levers, listings, run, schema, tools
+from supervisor.commands import fleet, install, levers, listings, run, schema, tools
 from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from supervisor.commands.helpfmt import HelpfulParser
 from supervisor.errors import PolicyError, SetupError, StoreError
@@ -196,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="JSON instead of a table")
     levers.add_parsers(sub)
     install.add_parsers(sub)
+    fleet.add_parser(sub)
     return p
 
 
@@ -212,7 +215,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
     "history": listings.history, "export": listings.export, "runs": listings.runs,
     **dict.fromkeys(levers.COMMANDS, levers.run),
-    "install": install.run, "uninstall": install.run,
+    "install": install.run, "uninstall": install.run, "fleet": fleet.run,
 }
 
 

@@ -244,6 +244,9 @@ class Storage(_Model):
     """Where the supervisor keeps its database and the engine logs."""
 
     state_directory: str = ".supervisor"
+    host_name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    """The name this supervisor writes on every record (several supervisors share one
+    PostgreSQL: ``supervisor fleet`` lists them by it). Default: the host name."""
     database_url: str | None = None
     """SQLAlchemy URL. Default: ``sqlite:///<state_directory>/supervisor.db``."""
     database_url_file: str | None = None

@@ -23,6 +23,8 @@ class Incident:
     ``privacy.mask_text`` before it is stored).
     ``kernel_lines``: the recent kernel log lines the sensors classified (Xid, OOM ...).
     ``ended_at``: when it was over, where known (UTC); None for a moment-like incident.
+    ``node``: the node of an engine across boxes it is about (``engine.nodes``); None:
+    the worst finding's ``evidence["node"]``, if any.
     """
 
     kind: str
@@ -38,6 +40,15 @@ class Incident:
     log_tail: str | None = None
     kernel_lines: list[str] = field(default_factory=list)
     ended_at: datetime | None = None
+    node: str | None = None
+
+    @property
+    def node_name(self) -> str | None:
+        """``node``, else the node named in the worst finding's evidence."""
+        if self.node is not None or not self.findings:
+            return self.node
+        node = (self.findings[0].get("evidence") or {}).get("node")
+        return node if isinstance(node, str) else None
 
 
 @dataclass(frozen=True)

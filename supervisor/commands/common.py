@@ -33,7 +33,8 @@ def since(text: str | None) -> datetime | None:
 
 def open_store(policy: Policy) -> Store:
     """The policy's store (the caller closes it). Raises StoreError."""
-    return Store.open(policy.database_url, fleet=policy.fleet)
+    return Store.open(policy.database_url, fleet=policy.fleet,
+                      host=policy.storage.host_name)
 
 
 @contextlib.contextmanager

@@ -122,6 +122,8 @@ class IncidentRow(Base):
     findings: Mapped[list[Any]]
     log_tail: Mapped[str | None] = mapped_column(Text)
     kernel_lines: Mapped[list[Any] | None]
+    node: Mapped[str | None] = mapped_column(String(64))
+    """The node of an engine across boxes that caused it (``engine.nodes``), if any."""
 
 
 class ModeTransitionRow(Base):
@@ -228,6 +230,10 @@ class ServiceRunRow(Base):
     exit_code: Mapped[int | None]
     policy_path: Mapped[str | None] = mapped_column(Text)
     version: Mapped[str | None] = mapped_column(String(32))
+    rung: Mapped[int | None]
+    """The ladder's rung at the last heartbeat (``supervisor fleet``)."""
+    mode: Mapped[str | None] = mapped_column(String(64))
+    engine_state: Mapped[str | None] = mapped_column(String(16))
 
 
 class AppliedRecordRow(Base):

@@ -156,11 +156,15 @@ class StartService(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class ServiceHeartbeat(Record):
-    """The supervisor was alive at ``at``."""
+    """The supervisor was alive at ``at``, with its ladder on ``rung`` (``mode``) and the
+    engine ``engine_state`` (None: not told; ``supervisor fleet`` reads them)."""
 
     kind: ClassVar[str] = "service_heartbeat"
     service_run_id: str
     at: datetime
+    rung: int | None = None
+    mode: str | None = None
+    engine_state: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -103,7 +103,7 @@ def insert_incident(session: Session, *, fleet: str, host: str, incident: Incide
         rung=incident.rung, run_id=incident.run_id, action=incident.action,
         outcome=mask_text(incident.outcome), explanation=mask_text(incident.explanation),
         findings=[_masked(f) for f in incident.findings], log_tail=mask_text(incident.log_tail),
-        kernel_lines=list(incident.kernel_lines))
+        kernel_lines=list(incident.kernel_lines), node=incident.node_name)
     session.add(row)
     session.flush()
     return row.id
@@ -166,6 +166,9 @@ def apply_to_session(session: Session, *, fleet: str, host: str, record: Record)
             row = _service_run(session, record.service_run_id)
             if row.heartbeat_at is None or record.at > row.heartbeat_at:
                 row.heartbeat_at = record.at
+                if record.rung is not None:
+                    row.rung, row.mode = record.rung, record.mode
+                    row.engine_state = record.engine_state
         case StopService():
             row = _service_run(session, record.service_run_id)
             row.stopped_at = record.at

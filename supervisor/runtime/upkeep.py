@@ -64,7 +64,11 @@ class Upkeep:
         """This life is still alive (an unclean stop is told by a stale heartbeat)."""
         run_id = self._service_run_id()
         if run_id is not None:
-            self.recorder.write(ServiceHeartbeat(service_run_id=run_id, at=datetime.now(UTC)))
+            rung = self.ladder.rung
+            self.recorder.write(ServiceHeartbeat(
+                service_run_id=run_id, at=datetime.now(UTC), rung=rung,
+                mode=self._policy.current.modes[rung].name,
+                engine_state=str(self.launcher.state)))
 
     async def replay_spool(self) -> None:
         """Retry the writes spooled while the database was down."""

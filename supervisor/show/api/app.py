@@ -15,6 +15,7 @@ from supervisor import __version__
 from supervisor.show.api import (
     actions,
     engine_log,
+    fleet,
     incidents,
     status,
     telemetry,
@@ -46,7 +47,8 @@ def load_token(sup: AdminBackend) -> str | None:
 
 def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     """Routes: /api/status, /api/incidents[/{id}], /api/transitions, /api/telemetry,
-    /api/actions/{action}, /api/engine/log, /metrics, and the dashboard at /. OpenAPI at /docs."""
+    /api/actions/{action}, /api/engine/log, /api/fleet, /metrics, and the dashboard at /.
+    OpenAPI at /docs."""
     app = FastAPI(title="agent-serving supervisor", version=__version__,
                   description="Admin API of the reliability supervisor: status, incidents, "
                   "transitions, telemetry and operator actions (actions need the bearer "
@@ -54,7 +56,7 @@ def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     app.state.supervisor = sup
     app.state.token = token
     app.state.reads_open = is_loopback(sup.policy.admin.host)
-    for module in (status, incidents, transitions, telemetry, actions, engine_log):
+    for module in (status, incidents, transitions, telemetry, actions, engine_log, fleet):
         app.include_router(module.router)
     spec = sup.policy.admin
     hosts = frozenset({*LOOPBACK_NAMES, *(h.lower() for h in spec.allowed_hosts),
