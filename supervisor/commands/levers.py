@@ -28,9 +28,12 @@ from typing import Any
 
 import httpx
 
-__all__ = ["EXIT_REFUSED", "EXIT_UNAUTHORIZED", "EXIT_UNREACHABLE", "add_parsers", "run"]
+__all__ = ["EXIT_REBOOT_REQUIRED", "EXIT_REFUSED", "EXIT_UNAUTHORIZED", "EXIT_UNREACHABLE",
+           "add_parsers", "run"]
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE = 0, 1, 2, 4, 5
+#: ``supervisor status`` when the box needs a reboot (scripts and monitoring can test it).
+EXIT_REBOOT_REQUIRED = 3
 DEFAULT_URL = "http://127.0.0.1:8081"
 TOKEN_ENV = "SUPERVISOR_ADMIN_TOKEN"
 URL_ENV = "SUPERVISOR_ADMIN_URL"
@@ -251,8 +254,6 @@ def status_text(st: dict[str, Any]) -> str:
 
 
 def _status(client: httpx.Client, t: Target, *, as_json: bool) -> int:
-    from supervisor.show.status_command import EXIT_REBOOT_REQUIRED
-
     st = status_view(client, t)
     print(json.dumps(st, indent=2) if as_json else status_text(st))
     return EXIT_REBOOT_REQUIRED if st.get("reboot_required") else EXIT_OK

@@ -6,7 +6,8 @@ speculation, a prefix-cache hit can give NaN logits from the first step: the req
 samples token 0 until ``max_tokens`` (32,768 tokens over 11 minutes), and retrying the same
 request fails the same way until the prefix cache turns over (vllm #55766). A restart
 clears the cache; the start limit then steps to the first rung without speculation or
-without prefix caching, whichever the ladder has first (``rungs.skip_target``). Unknown (no series) stays unknown.
+without prefix caching, whichever the ladder has first (``rungs.skip_target``).
+Unknown (no series) stays unknown.
 
 The same failure seen from outside: the gateway counts answers that end in one short unit
 repeated for hundreds of tokens that the prompt did not ask for
