@@ -120,10 +120,10 @@ class Executor:
         """Do what ``decision`` says. Blocks for as long as stopping the engine takes.
 
         START launches the rung's mode (with a start-up fallback's flags when the decision
-        carries them). RESTART, STEP_DOWN, KILL_NOW, STEP_UP, GIVE_UP and REBOOT_REQUIRED
-        record the incident (with the engine's log tail; the alert goes with it) and the
-        transition, then clear the old engine: SIGKILL to its group for a crash or an
-        emergency, a drain for a graceful step. The next start comes from the next
+        carries them). RESTART, STEP_DOWN, PLANNED_RESTART, KILL_NOW, STEP_UP, GIVE_UP and
+        REBOOT_REQUIRED record the incident (with the engine's log tail; the alert goes
+        with it) and the transition, then clear the old engine: SIGKILL to its group for a
+        crash or an emergency, a drain for a graceful step. The next start comes from the next
         decision, at once or after the backoff. SHED moves the gateway's limits. HOLD
         records findings the first time they appear in a run.
         """
@@ -161,7 +161,8 @@ class Executor:
     async def _clear(self, decision: Decision) -> None:
         """Stop the current engine the way the decision calls for."""
         worst = decision.findings[0] if decision.findings else None
-        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP, Action.RELOAD) and (
+        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP, Action.RELOAD,
+                                       Action.PLANNED_RESTART) and (
             self.launcher.state is EngineState.READY
             and (worst is None or worst.severity is not Severity.CRITICAL))
         if graceful:
@@ -250,6 +251,10 @@ def _outcome(decision: Decision, policy: Policy) -> str:
             return f"restart of mode {mode} in {decision.delay_seconds:g} s"
         case Action.STEP_DOWN:
             return f"stepped down to mode {mode}"
+        case Action.PLANNED_RESTART:
+            worst = decision.findings[0] if decision.findings else None
+            why = f"planned: {worst.kind}" if worst is not None else "planned"
+            return f"restarted in mode {mode} ({why})"
         case Action.KILL_NOW:
             return f"engine killed; starting mode {mode}"
         case Action.STEP_UP:

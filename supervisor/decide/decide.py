@@ -309,8 +309,8 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: automatic steps {why}", found)
     if w.response is Response.RELAUNCH:
         # The same rung again, now: no rung change, so no cooldown or probation applies.
-        return Decision(Action.STEP_DOWN, ladder.rung, f"{w.summary}: drain and restart "
-                        f"{mode}", found, run_id=w.run_id)
+        return Decision(Action.PLANNED_RESTART, ladder.rung, f"{w.summary}: drain and "
+                        f"restart {mode} (planned: {w.kind})", found, run_id=w.run_id)
     bottom = len(policy.modes) - 1
     if ladder.probation_until_s is not None and now < ladder.probation_until_s \
             and ladder.rung < bottom and w.response is not Response.RESTART_WHEN_CALM:
@@ -342,8 +342,8 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.HOLD, ladder.rung, f"{w.summary}: would step down to "
                         f"{_name(sit, target)}, held by {blocked}", found)
     if target == ladder.rung:
-        return Decision(Action.STEP_DOWN, target, f"{w.summary}: calm now -> drain and "
-                        f"restart {_name(sit, target)}", found)
+        return Decision(Action.PLANNED_RESTART, target, f"{w.summary}: calm now -> drain "
+                        f"and restart {_name(sit, target)} (planned: {w.kind})", found)
     return Decision(Action.STEP_DOWN, target, f"{w.summary} -> step down to "
                     f"{_name(sit, target)}", found)
 

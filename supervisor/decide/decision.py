@@ -25,6 +25,10 @@ class Action(StrEnum):
     """Stop the engine (drain, or clear a crashed one) and start it at the safer ``rung``."""
     KILL_NOW = "kill_now"
     """Emergency: SIGKILL the engine's process group now, then start at ``rung``."""
+    PLANNED_RESTART = "planned_restart"
+    """Drain and restart the same ``rung``, not for a crash: leaked memory handed back at a
+    calm moment (``memory_creep``), a bad launch drawn again (``spec_launch_lottery``).
+    Not counted by the start limit, no rung change (no cooldown, no probation)."""
     STEP_UP = "step_up"
     """Calm for long enough: drain and start one rung up, on probation."""
     RELOAD = "reload"

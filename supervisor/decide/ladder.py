@@ -132,7 +132,8 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
 
     Every decision updates the trouble mark (a warning or worse seen) and the deferral of
     a when-calm step down. RESTART records the crash (not a box fault) and the backoff;
-    STEP_DOWN, KILL_NOW, STEP_UP move the rung (STEP_UP on probation); SHED flips the
+    STEP_DOWN, KILL_NOW, STEP_UP move the rung (STEP_UP on probation; PLANNED_RESTART
+    stays on it, counting a launch-lottery restart); SHED flips the
     gateway lever; GIVE_UP marks the ladder exhausted."""
     rep = dataclasses.replace
     trouble = any(f.severity.rank >= Severity.WARNING.rank for f in decision.findings)
@@ -161,7 +162,7 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
             return rep(ladder, crash_times_s=(*recent_crashes(ladder, policy, now_s), now_s),
                        handled_run_id=decision.run_id or ladder.handled_run_id,
                        start_not_before_s=now_s + decision.delay_seconds)
-        case Action.STEP_DOWN | Action.KILL_NOW | Action.STEP_UP:
+        case Action.STEP_DOWN | Action.KILL_NOW | Action.STEP_UP | Action.PLANNED_RESTART:
             return _moved(ladder, decision, policy, now_s, recent_transitions)
         case Action.SHED:
             kinds = [f.kind for f in decision.findings if f.response in (

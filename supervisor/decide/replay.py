@@ -242,7 +242,8 @@ class _World:
         if self.state not in (EngineState.STARTING, EngineState.READY, EngineState.CRASHED):
             return
         worst = decision.findings[0] if decision.findings else None
-        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP, Action.RELOAD) and \
+        graceful = decision.action in (Action.STEP_DOWN, Action.STEP_UP, Action.RELOAD,
+                                       Action.PLANNED_RESTART) and \
             self.state is EngineState.READY and (worst is None or worst.severity.rank < 2)
         if graceful:
             eng = policy.engine

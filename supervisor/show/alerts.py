@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 ALERT_SEVERITIES = ("emergency", "critical")
 #: Warnings that ask for no action yet must reach a person: a known crash precursor.
 ALERT_KINDS = ("spec_acceptance_anomaly",)
+#: Actions a person hears of whatever the severity: a planned restart interrupts serving
+#: (memory creep handed back at a calm moment, a launch-lottery redraw).
+ALERT_ACTIONS = ("planned_restart",)
 
 
 def alert_payload(fleet: str, incident: Incident, transition: Transition | None,
@@ -123,7 +126,8 @@ class Alerter:
         back up (a recovery) is not limited either, for the same reason."""
         moved = _moved(transition)
         if not self.url or not (incident.severity in ALERT_SEVERITIES or moved
-                                or incident.kind in ALERT_KINDS):
+                                or incident.kind in ALERT_KINDS
+                                or incident.action in ALERT_ACTIONS):
             return False
         if moved > 0 or incident.severity in ALERT_SEVERITIES:
             self._trouble = incident

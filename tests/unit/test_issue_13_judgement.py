@@ -90,7 +90,7 @@ def test_issue_13_calibrated_acceptance_by_position_reaches_the_lottery(tmp_path
     assert acceptance == {mode.name: (0.77, 0.6, 0.45, 0.33, 0.25)}
     steps = play_case(dataclasses.replace(case, acceptance=acceptance))
     t, d = next((t, d) for t, d in steps if d.action is not Action.HOLD)
-    assert (t, d.action, d.rung, d.findings[0].kind) == (100.0, Action.STEP_DOWN, 0,
+    assert (t, d.action, d.rung, d.findings[0].kind) == (100.0, Action.PLANNED_RESTART, 0,
                                                          "spec_launch_lottery")
 
 
