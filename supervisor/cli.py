@@ -3,12 +3,14 @@
 ::
 
     supervisor run --policy FILE [--record T] run the engine under the policy until SIGTERM
+    supervisor gateway --policy FILE          the gateway alone (`run` starts or adopts one)
     supervisor calibrate --policy FILE        measure each mode under a standard agent load
     supervisor replay TRACE --policy FILE     the decisions of a recorded trace, replayed
     supervisor replay --scenario FILE --policy FILE   a closed-loop scenario
     supervisor policy check FILE              validate a policy and print its ladder
     supervisor policy schema                  the policy's JSON Schema (for editors)
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
+        [--unit gateway-socket|gateway-service]   or the gateway's socket-activated units
     supervisor bench                          the chaos table and the benchmark figures
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor demo-models DIR                build the tiny local models (idempotent)
@@ -47,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor import __version__
-from supervisor.commands import fleet, install, levers, listings, run, schema, tools
+from supervisor.commands import fleet, gateway, install, levers, listings, run, schema, tools
 from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from supervisor.commands.helpfmt import HelpfulParser
 from supervisor.errors import PolicyError, SetupError, StoreError
@@ -106,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="append every sample and decision to this trace (JSON Lines; "
                      "default: none)")
 
+    gateway.add_parser(sub)
+
     cal = sub.add_parser("calibrate", help="measure each mode under a standard agent load")
     cal.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     cal.add_argument("--modes", help="comma-separated mode names (default: all)")
@@ -142,6 +146,11 @@ def _parser() -> argparse.ArgumentParser:
     unit.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
     unit.add_argument("--user", help="User= of the service (default: supervisor; "
                       "dynamic: DynamicUser=yes; root: none)")
+    unit.add_argument("--unit", default="service",
+                      choices=["service", "gateway-socket", "gateway-service"],
+                      help="which unit: the supervisor's service, or the gateway's own "
+                      ".socket (socket activation: agents' connections outlive the "
+                      "supervisor) and the .service it starts")
 
     env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment")
     env.add_argument("--path", type=Path, default=Path(".engine-venv"),
@@ -209,7 +218,8 @@ def _policy(args: argparse.Namespace) -> int:
 
 #: One handler per command (``supervisor policy`` has one subcommand, ``check``).
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": run.main, "bench": tools.bench, "systemd-unit": tools.systemd_unit,
+    "run": run.main, "gateway": gateway.main, "bench": tools.bench,
+    "systemd-unit": tools.systemd_unit,
     "calibrate": tools.calibrate, "replay": tools.replay, "policy": _policy,
     "engine-env": tools.engine_env, "demo-models": tools.demo_models,
     "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
@@ -223,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``supervisor`` command. Returns the exit status."""
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level, args.log_format)
-    if args.command != "run":
+    if args.command not in ("run", "gateway"):
         # A reader that goes away (`| head`) ends a listing quietly, as for coreutils.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:

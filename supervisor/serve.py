@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from typing import Any
 
 import uvicorn
@@ -27,14 +28,14 @@ class AppServer:
         """``options``: more ``uvicorn.Config`` arguments (the gateway's bounded protocol)."""
         self.name = name
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                access_log=False, lifespan="off", timeout_graceful_shutdown=5,
-                                **options)
+                                access_log=False, lifespan="off",
+                                **{"timeout_graceful_shutdown": 5, **options})
         self.server = uvicorn.Server(config)
         self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         self.host, self.port = host, port
         self._task: asyncio.Task[None] | None = None
 
-    async def _serve(self) -> None:
+    async def _serve(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's ``serve``, its bind failure as ListenError.
 
         uvicorn turns a bind error into ``sys.exit(3)`` (STARTUP_FAILURE) inside the
@@ -43,19 +44,31 @@ class AppServer:
         its shutdown, and the next life recorded a false unclean stop).
         """
         try:
-            await self.server.serve()
+            await self.server.serve(sockets=sockets)
         except SystemExit as exc:
             raise ListenError(self.name, self.host, self.port) from exc
 
-    async def start(self) -> None:
-        """Return once listening. Raises ListenError (an OSError) when the port cannot be
-        bound."""
-        self._task = asyncio.get_running_loop().create_task(self._serve())
+    async def start(self, sockets: list[socket.socket] | None = None) -> None:
+        """Return once listening. ``sockets``: listening sockets to serve on instead of
+        binding ``host:port`` (systemd's socket activation, a predecessor's hand-over).
+        Raises ListenError (an OSError) when the port cannot be bound."""
+        self._task = asyncio.get_running_loop().create_task(self._serve(sockets))
         while not self.server.started:
             if self._task.done():
                 self._task.result()           # raises ListenError, or what uvicorn raised
                 raise ListenError(self.name, self.host, self.port, "uvicorn stopped")
             await asyncio.sleep(0.02)
+
+    def stop_accepting(self) -> None:
+        """Close the listening sockets (this process's copies: a successor that holds
+        the same sockets goes on accepting); open connections stay."""
+        for server in getattr(self.server, "servers", []):
+            server.close()
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now."""
+        return len(self.server.server_state.connections)
 
     async def stop(self) -> None:
         """Stop serving (open connections get uvicorn's graceful timeout)."""

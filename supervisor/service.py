@@ -23,7 +23,6 @@ from supervisor.act.launcher import EngineLauncher
 from supervisor.act.systemd import Notifier
 from supervisor.decide.decision import Decision
 from supervisor.errors import EngineStopTimeout
-from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
 from supervisor.record.baselines import load_acceptance, load_baselines
@@ -31,6 +30,7 @@ from supervisor.record.store import Store
 from supervisor.record.trace import TraceWriter
 from supervisor.record.writer import RecordWriter
 from supervisor.runtime.events import EngineEvents
+from supervisor.runtime.gateway_link import make_gateway
 from supervisor.runtime.levers import Ladder
 from supervisor.runtime.lock import InstanceLock
 from supervisor.runtime.recorder import Recorder
@@ -81,8 +81,7 @@ class Supervisor:
                                    poke=self._poke, base_url=lambda: self.launcher.base_url)
         self.events.ladder = self.ladder
         self.launcher = EngineLauncher(self.holder, on_change=self.events)
-        self.gateway = Gateway(policy, rung=policy.initial_rung, registry=self.registry) \
-            if policy.gateway.enabled else None
+        self.gateway = make_gateway(self.holder, self.registry, self.recorder)
         self.sensors = Sensors(
             self.holder, gpu=GpuSensor(index=policy.sampling.gpu_index),
             kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
@@ -113,6 +112,7 @@ class Supervisor:
         self.holder.on_swap(self._policy_swapped)
         self.lock = InstanceLock(policy.state_directory)
         self.exit_code = 0
+        self._detach = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -151,6 +151,8 @@ class Supervisor:
             return self.exit_code
         self.scheduler.start(self._scheduled_tick, [*self.upkeep.jobs(), (
             self.reloader.watch, self.policy.recovery.watch_interval_seconds)])
+        if self.gateway is not None and self.launcher.state is not EngineState.READY:
+            await self.gateway.hold("engine starting", drain=False)    # a gateway attached
         self._poke()
         try:
             await self._stop.wait()
@@ -167,8 +169,11 @@ class Supervisor:
         """Reload the policy file (``Reloader.reload``); returns whether it was taken."""
         return await self.reloader.reload(reason)
 
-    def request_stop(self, reason: str = "stop requested") -> None:
-        """Ask ``run()`` to stop the engine and return (safe from a signal handler)."""
+    def request_stop(self, reason: str = "stop requested", *, detach: bool = False) -> None:
+        """Ask ``run()`` to stop the engine and return (safe from a signal handler);
+        ``detach`` (an upgrade): leave the engine and the gateway process running for
+        the next life to adopt."""
+        self._detach = self._detach or detach
         if not self._stop.is_set():
             logger.info("supervisor stopping: %s", reason)
             self.notifier.stopping()
@@ -181,15 +186,16 @@ class Supervisor:
         4. write the last telemetry and the clean-stop marker; 5. close the writer, the
         trace and the lock."""
         async with self.ticker.quiet():
-            if self.gateway is not None:
+            if self.gateway is not None and not self._detach:
                 await self.gateway.hold("supervisor shutting down")
             try:
-                await self.launcher.stop(reason="supervisor shutting down")
+                if not self._detach:
+                    await self.launcher.stop(reason="supervisor shutting down")
             except EngineStopTimeout as exc:
                 logger.error("%s", exc)
                 self.exit_code = self.exit_code or 1
         await self.launcher.close()
-        await self.listeners.stop()
+        await self.listeners.stop(leave_gateway=self._detach)
         await self.alerter.close()
         for task in list(self._tasks):
             task.cancel()
@@ -232,3 +238,4 @@ class Supervisor:
         """Decide again after ``delay_s`` seconds (0: as soon as the loop is free)."""
         loop = asyncio.get_running_loop()
         loop.call_later(max(0.0, delay_s), lambda: self._spawn(self.ticker.tick(reason="event")))
+

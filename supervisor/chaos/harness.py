@@ -10,6 +10,7 @@ memory floor the balloon can reach on this machine. Times: the injection's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -143,6 +144,32 @@ class Rig:
         self.proc.kill()
         self.proc.wait()
 
+    def upgrade_supervisor(self, timeout: float = 120) -> None:
+        """SIGUSR1: the supervisor exits 0, leaving the engine and the gateway."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGUSR1)
+        code = self.proc.wait(timeout)
+        assert code == 0, f"the supervisor exited {code} on SIGUSR1:\n{self.log_tail()}"
+
+    def gateway_pid(self) -> int | None:
+        """The gateway process's pid (its pid file), or None."""
+        try:
+            return int((self.state / "gateway.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def resumed_since(self, start: float) -> dict[str, int]:
+        """Requests the gateway carried across a crash since ``start`` (epoch s), by
+        continuation (token, text, whole) and outcome, from the ``stream_resumed``
+        incidents."""
+        out: dict[str, int] = {}
+        for i in self.incidents():
+            if i.kind == "stream_resumed" and i.started_at.timestamp() >= start:
+                f = i.findings[0] if i.findings else {}
+                key = f"{f.get('continuation')}:{f.get('outcome')}"
+                out[key] = out.get(key, 0) + 1
+        return out
+
     def store(self) -> Store:
         """The rig's view of the store: opened (and migrated) once, shared by threads
         (Alembic's migration context is not thread-safe; SQLAlchemy sessions are per call)."""
@@ -274,5 +301,9 @@ class Rig:
         for run in self.runs():
             if run.pid and group_members(run.pid):
                 os.killpg(run.pid, signal.SIGKILL)
+        gateway = self.gateway_pid()            # a supervisor killed last left it
+        if gateway is not None and psutil.pid_exists(gateway):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(gateway, signal.SIGKILL)
         if self._store is not None:
             self._store.close()

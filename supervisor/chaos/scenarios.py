@@ -20,7 +20,7 @@ from typing import Any
 from supervisor.chaos.harness import Result, Rig
 
 __all__ = ["SEQUENCE", "crash_scenario", "hang", "memory_floor", "planned_switch",
-           "supervisor_killed"]
+           "supervisor_killed", "supervisor_upgraded"]
 
 SETTLE_SECONDS = 3.0
 
@@ -42,6 +42,7 @@ def _finish(rig: Rig, res: Result, t0: float, kinds: tuple[str, ...]) -> tuple[A
     time.sleep(SETTLE_SECONDS)
     res.requests_failed, res.requests_total = rig.failed_between(
         t0 - 1, run.ready_at.timestamp() + SETTLE_SECONDS)
+    res.extra["resumed"] = rig.resumed_since(t0 - 1)
     return inc, run
 
 
@@ -205,14 +206,20 @@ def planned_switch(rig: Rig, mode: str = "plain8") -> Result:
     return res
 
 
-def supervisor_killed(rig: Rig) -> Result:
-    """SIGKILL the supervisor, start it again: it adopts the engine it left."""
-    res = Result("supervisor killed and restarted",
-                 notes="the gateway lives in the supervisor: down while it restarts")
+def supervisor_killed(rig: Rig, *, upgrade: bool = False) -> Result:
+    """SIGKILL the supervisor (``upgrade``: SIGUSR1, it exits leaving the engine and the
+    gateway), start it again: it attaches to the gateway and adopts the engine it left."""
+    res = Result("supervisor upgraded (SIGUSR1, started again)" if upgrade else
+                 "supervisor killed and restarted",
+                 notes="the gateway is its own process: agents stay connected")
     pid = rig.engine_pid()
+    gateway = rig.gateway_pid()
     rig.ready_run()
     t0 = time.time()
-    rig.kill_supervisor()
+    if upgrade:
+        rig.upgrade_supervisor()
+    else:
+        rig.kill_supervisor()
     rig.start()
     inc = _incident(rig, ("engine_adopted",), t0)
     rig.wait("gateway back", lambda: rig.api("/api/status")["engine_state"] == "ready")
@@ -221,10 +228,17 @@ def supervisor_killed(rig: Rig) -> Result:
     res.detected_seconds = inc.started_at.timestamp() - t0
     res.serving_again_seconds = back - t0
     res.extra["same_engine"] = rig.engine_pid() == pid
+    res.extra["same_gateway"] = rig.gateway_pid() == gateway
     time.sleep(SETTLE_SECONDS)
     res.requests_failed, res.requests_total = rig.failed_between(t0 - 1, back + SETTLE_SECONDS)
-    res.ok = res.extra["same_engine"]
+    res.extra["resumed"] = rig.resumed_since(t0 - 1)
+    res.ok = res.extra["same_engine"] and res.extra["same_gateway"]
     return res
+
+
+def supervisor_upgraded(rig: Rig) -> Result:
+    """``supervisor_killed`` as an upgrade: SIGUSR1, then the (new) build started."""
+    return supervisor_killed(rig, upgrade=True)
 
 
 #: The scenarios of one supervisor life, in order (each leaves the engine serving).
@@ -242,4 +256,5 @@ SEQUENCE: list[Callable[[Rig], Result]] = [
     memory_floor,
     planned_switch,
     supervisor_killed,
+    supervisor_upgraded,
 ]

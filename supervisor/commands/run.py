@@ -1,6 +1,8 @@
 """``supervisor run --policy FILE [--record TRACE]``: the service, until SIGTERM.
 
-SIGTERM/SIGINT stop it cleanly, SIGHUP reloads the policy. Exit status: ``Supervisor.run``'s
+SIGTERM/SIGINT stop it cleanly, SIGHUP reloads the policy, SIGUSR1 exits leaving the
+engine and the gateway process running for the next life to adopt (an upgrade: start
+the new build after it). Exit status: ``Supervisor.run``'s
 (0 clean, 1 gave up, 2 a listener could not bind); 2 as well, with the holder's PID,
 when another supervisor already runs with this policy's state directory (nothing is
 recorded then).
@@ -47,6 +49,8 @@ async def run_service(policy: Policy, trace: Path | None = None,
             task.add_done_callback(reloads.discard)
 
         loop.add_signal_handler(signal.SIGHUP, on_hup)
+        loop.add_signal_handler(signal.SIGUSR1, lambda: sup.request_stop(
+            "SIGUSR1 received (an upgrade: the engine and the gateway stay)", detach=True))
         logger.info("supervisor %s: fleet %s, %d modes, database %s", __version__,
                     policy.fleet, len(policy.modes), safe_url(policy.database_url))
         try:

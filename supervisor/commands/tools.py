@@ -36,9 +36,17 @@ def policy_check(args: argparse.Namespace) -> int:
 def systemd_unit(args: argparse.Namespace) -> int:
     """``supervisor systemd-unit``: print a unit file (Type=notify)."""
     from supervisor.act.systemd import unit_file
+    from supervisor.act.systemd_gateway import gateway_service_unit, gateway_socket_unit
 
     path = args.policy.resolve()
-    print(unit_file(load_policy_file(path), path, user=args.user), end="")
+    policy = load_policy_file(path)
+    unit = getattr(args, "unit", "service")
+    if unit == "gateway-socket":
+        print(gateway_socket_unit(policy, user=args.user), end="")
+    elif unit == "gateway-service":
+        print(gateway_service_unit(policy, path, user=args.user), end="")
+    else:
+        print(unit_file(policy, path, user=args.user), end="")
     return EXIT_OK
 
 

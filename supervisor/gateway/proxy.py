@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,13 @@ from supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_norm
 from supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from supervisor.gateway.quality import AnswerWatch, agent_label
 from supervisor.gateway.resume import Resumption, plan_resumption
-from supervisor.gateway.streaming import DROP, response_headers, send_upstream, stream_response
+from supervisor.gateway.streaming import (
+    DROP,
+    NO_SWITCH_GRACE_SECONDS,
+    response_headers,
+    send_upstream,
+    stream_response,
+)
 
 if TYPE_CHECKING:
     from supervisor.gateway.server import Gateway
@@ -81,8 +88,12 @@ class GatewayApp:
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
         self.api = _gateway_api(gw)
+        self.closing = False
+        """Draining (``Gateway.drain``): every response says ``Connection: close``."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.closing:
+            send = _closing(send)
         if scope["type"] != "http" or scope["path"].startswith("/gateway/"):
             await self.api(scope, receive, send)
             return
@@ -110,6 +121,17 @@ class GatewayApp:
             close = getattr(response, "supervisor_close", None)
             if close is not None:                 # a stream whose body never ran
                 await close("client_disconnected")
+
+
+def _closing(send: Send) -> Send:
+    """``send`` with ``Connection: close`` added to the response's headers (the client
+    then opens its next connection to the gateway's successor)."""
+    async def closing_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (b"connection", b"close")]}
+        await send(message)
+    return closing_send
 
 
 def _refuse_path(gw: Gateway, raw_path: bytes) -> Response:
@@ -319,19 +341,21 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
     for attempt in (0, 1):
         try:
             resp = await send_upstream(gw, request.method, path, query, raw, headers)
-            if resp.status in _RETRYABLE_STATUS and attempt == 0 and gw.switched(epoch):
-                resp.release()
-                raise aiohttp.ServerDisconnectedError(f"engine answered {resp.status} "
-                                                      "during a switch")
-            if resp.content_type == "text/event-stream":
+            if resp.content_type == "text/event-stream" and resp.status < 500:
                 return stream_response(gw, api, resp, slot, plan, headers, query, watch)
             content = await resp.read()
             resp.release()
+            if resp.status in _RETRYABLE_STATUS and attempt == 0 and slot is not None \
+                    and await _crashed(gw, epoch):
+                raise aiohttp.ServerDisconnectedError(f"engine answered {resp.status} "
+                                                      "and was switched")
         except (aiohttp.ClientError, TimeoutError) as exc:
             if resp is not None:
                 resp.close()
-            if attempt == 0 and await gw.wait_ready():
+            t_cut = time.monotonic()
+            if attempt == 0 and await gw.wait_engine(epoch):
                 gw.metrics.retries.inc()
+                gw.resumptions.resent(path, waited=time.monotonic() - t_cut)
                 logger.info("retrying %s %s once on the engine now ready (%s)",
                             request.method, path, exc.__class__.__name__)
                 epoch = gw.epoch
@@ -353,5 +377,18 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
         gw.metrics.requests.labels("ok" if resp.status < 500 else "upstream_error").inc()
         return Response(content, status_code=resp.status, headers=response_headers(resp))
     raise AssertionError("unreachable: the loop returns")
+
+
+async def _crashed(gw: Gateway, epoch: int) -> bool:
+    """After a 5xx answer to an admitted request: whether the engine was switched
+    (vLLM answers 500 to the requests it holds when its EngineCore dies, before the
+    supervisor has seen the crash: wait the short grace for a hold). A healthy engine's
+    own 500 costs that grace once and is passed on."""
+    deadline = asyncio.get_running_loop().time() + NO_SWITCH_GRACE_SECONDS
+    while not gw.switched(epoch):
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return await gw.wait_ready()
 
 

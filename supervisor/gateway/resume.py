@@ -379,6 +379,8 @@ class ResumptionLog:
     def __init__(self, metrics: GatewayMetrics) -> None:
         self.metrics = metrics
         self.recent: deque[dict[str, Any]] = deque(maxlen=100)
+        self.seq = 0
+        """Numbers the entries (the supervisor asks for those above the last it saw)."""
 
     def record(self, plan: Resumption, tap: StreamTap, *, ok: bool, waited: float) -> None:
         """One resumption tried (``ok``: the continuation is streaming)."""
@@ -386,8 +388,18 @@ class ResumptionLog:
         kind = "token" if plan.used_tokens else "text"
         outcome = "resumed" if ok else "failed"
         self.metrics.resumptions.labels(plan.path, kind, outcome).inc()
-        self.recent.append({"at": time.time(), "path": plan.path, "continuation": kind,
+        self.seq += 1
+        self.recent.append({"seq": self.seq, "at": time.time(), "path": plan.path,
+                            "continuation": kind,
                             "tokens_before": tokens, "waited_seconds": round(waited, 3),
                             "outcome": outcome})
         logger.info("stream on %s %s after %d tokens (%s-level continuation, %.1f s held)",
                     plan.path, outcome, tokens, kind, waited)
+
+    def resent(self, path: str, *, waited: float) -> None:
+        """A request that failed before any byte reached its client, sent again whole
+        to the engine that came back (the retries metric counts it too)."""
+        self.seq += 1
+        self.recent.append({"seq": self.seq, "at": time.time(), "path": path,
+                            "continuation": "whole", "tokens_before": 0,
+                            "waited_seconds": round(waited, 3), "outcome": "resent"})

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
+import time
+from collections.abc import Callable
 
 import aiohttp
 import httpx
@@ -22,6 +25,7 @@ from supervisor.gateway.paths import Routes
 from supervisor.gateway.proxy import GatewayApp
 from supervisor.gateway.quality import Quality
 from supervisor.gateway.resume import ResumptionLog
+from supervisor.gateway.streaming import NO_SWITCH_GRACE_SECONDS
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
 from supervisor.serve import AppServer
@@ -43,6 +47,10 @@ class Gateway:
         eng = policy.engine
         self.base_url = f"http://{eng.host}:{eng.port}"
         self.mode_name = policy.modes[rung].name
+        self.rung = rung
+        self.on_change: Callable[[], None] | None = None
+        """Called after every hold, release, shed and policy change (the gateway
+        process saves its state then: supervisor/gateway/process.py)."""
         self.admission = Admission(policy.modes[rung].gateway,
                                    shed_factor=policy.hysteresis.shed_factor,
                                    hold_timeout_seconds=self.spec.hold_timeout_seconds,
@@ -101,16 +109,23 @@ class Gateway:
             done = await self.admission.drained(self.spec.drain_timeout_seconds)
             logger.info("gateway drain %s: %d still in flight", "complete" if done else
                         "timed out", self.admission.in_flight)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def release(self, rung: int) -> None:
         """The engine serves in ``rung``: its limits apply and the queue moves."""
         self.mode_name = self.policy.modes[rung].name
+        self.rung = rung
         self.admission.set_limits(self.policy.modes[rung].gateway)
         self.admission.set_shed(False)
         self._ready.set()
         self.admission.release()
         logger.info("gateway admitting for mode %s (%d queued)", self.mode_name,
                     self.admission.queued)
+        self._changed()
 
     def apply_policy(self, policy: Policy, rung: int) -> None:
         """A reloaded policy: keys, the upstream key, limits and timeouts at once (the
@@ -128,11 +143,20 @@ class Gateway:
         self.admission.max_queued_bytes = self.spec.max_queued_bytes
         self.routes = self._routes(self.spec.extra_paths)
         self.mode_name = policy.modes[rung].name
+        self.rung = rung
         self.admission.set_limits(policy.modes[rung].gateway)
+        self._changed()
 
     def set_shed(self, shed: bool) -> None:
         """Lower (True) or restore the current mode's limits."""
         self.admission.set_shed(shed)
+        self._changed()
+
+    def summary(self) -> dict[str, object]:
+        """Held or not and the load, for the supervisor's status."""
+        a = self.admission
+        return {"held": a.held, "requests_in_flight": a.in_flight,
+                "requests_queued": a.queued, "max_concurrency": a.max_concurrency}
 
     # -- for the proxy ----------------------------------------------------------------
 
@@ -145,6 +169,30 @@ class Gateway:
         """Whether a hold happened since ``epoch`` (or one is going on)."""
         return self.epoch != epoch or self.admission.held
 
+    async def wait_engine(self, epoch: int) -> bool:
+        """After a failure that may mean the engine is gone: wait until a switch since
+        ``epoch`` has completed, or, with no switch noticed within a short grace (the
+        supervisor away, or the failure was not a crash), until the engine's /health
+        answers 200, at most ``hold_timeout_seconds``. False: it never came back."""
+        deadline = time.monotonic() + self.spec.hold_timeout_seconds
+        grace_end = time.monotonic() + NO_SWITCH_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            if self.switched(epoch):
+                return await self.wait_ready()
+            if time.monotonic() >= grace_end and self.ready and await self.engine_healthy():
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    async def engine_healthy(self) -> bool:
+        """Whether the engine's /health answers 200 now (vLLM: 503 or no answer when its
+        engine process is dead, PR #24897)."""
+        try:
+            resp = await self.client.get(self.base_url + "/health", timeout=2.0)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
     async def wait_ready(self) -> bool:
         """Wait until the engine is ready again (at most ``hold_timeout_seconds``)."""
         try:
@@ -155,9 +203,9 @@ class Gateway:
 
     # -- serving ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Serve on ``gateway.host:port`` in the running loop. Raises OSError if the
-        port cannot be bound."""
+    async def start(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on ``gateway.host:port`` in the running loop (or on ``sockets``, already
+        listening). Raises OSError if the port cannot be bound."""
         self.upstream = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, connect=5.0,
                                           sock_read=self.spec.upstream_timeout_seconds),
@@ -168,10 +216,25 @@ class Gateway:
                                     max_header_bytes=self.spec.max_header_bytes,
                                     header_timeout_seconds=self.spec.header_timeout_seconds)
         self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway",
-                                 http=protocol)
-        await self._server.start()
+                                 http=protocol, timeout_graceful_shutdown=max(
+                                     1, int(self.spec.drain_timeout_seconds)))
+        await self._server.start(sockets)
         logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
                     self.spec.port)
+
+    async def drain(self) -> None:
+        """Before a hand-over or a stop: accept no more connections, answer what still
+        comes on open ones with ``Connection: close``, and wait until no connection is
+        left open (idle ones end at uvicorn's keep-alive timeout, 5 s) or
+        ``drain_timeout_seconds`` pass. Closing an idle keep-alive connection at once,
+        as a plain shutdown does, races a client sending on it (seen: a reset)."""
+        if self._server is None:
+            return
+        self.app.closing = True
+        self._server.stop_accepting()
+        deadline = time.monotonic() + self.spec.drain_timeout_seconds
+        while self._server.open_connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
         """Stop serving and close the upstream connections."""

@@ -30,8 +30,8 @@ from supervisor.gateway.resume import Resumption, StreamTap
 if TYPE_CHECKING:
     from supervisor.gateway.server import Gateway
 
-__all__ = ["DROP", "KEEPALIVE_SECONDS", "response_headers", "send_upstream",
-           "stream_response"]
+__all__ = ["DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS", "response_headers",
+           "send_upstream", "stream_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ DROP = frozenset({"host", "content-length", "connection", "keep-alive", "transfe
 #: clients and proxies with idle timeouts keep the connection (SSE: lines starting with
 #: ":" are comments, ignored by the OpenAI and Anthropic SDKs' decoders).
 KEEPALIVE_SECONDS = 5.0
+#: A failure with no hold noticed: the supervisor's tick is 1 s and a crash is seen
+#: within a tick or two, so wait this long before asking the engine itself whether it
+#: serves (the supervisor may be away: its gateway outlives it).
+NO_SWITCH_GRACE_SECONDS = 3.0
 _KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue\n\n"
 
 
@@ -174,7 +178,9 @@ async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
     deadline = t0 + gw.spec.hold_timeout_seconds
     while time.monotonic() < deadline:
         now = time.monotonic()
-        if gw.ready and (gw.epoch != epoch or now - t0 >= _NO_SWITCH_GRACE_SECONDS):
+        if gw.ready and gw.epoch != epoch:
+            return
+        if gw.ready and now - t0 >= NO_SWITCH_GRACE_SECONDS and await gw.engine_healthy():
             return
         if now - last >= KEEPALIVE_SECONDS:
             last = now
@@ -182,9 +188,6 @@ async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
         await asyncio.sleep(0.1)
 
 
-#: A cut stream with no hold noticed: the supervisor's tick is 1 s and a crash is seen
-#: within a tick or two, so wait this long before calling the same engine alive.
-_NO_SWITCH_GRACE_SECONDS = 3.0
 
 
 async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,

@@ -11,6 +11,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
+from supervisor.runtime.gateway_link import GatewayLink
 from supervisor.serve import AppServer
 from supervisor.show.api.app import create_admin_app, load_token
 from supervisor.show.api.deps import AdminBackend
@@ -25,7 +26,7 @@ Job = Callable[[], Awaitable[None]]
 class Listeners:
     """The gateway (if enabled) and the admin API (if enabled) over ``backend``."""
 
-    def __init__(self, policy: PolicyHolder, gateway: Gateway | None,
+    def __init__(self, policy: PolicyHolder, gateway: Gateway | GatewayLink | None,
                  backend: AdminBackend) -> None:
         self._policy = policy
         self.gateway = gateway
@@ -44,9 +45,11 @@ class Listeners:
             logger.info("admin API and dashboard at http://%s:%d/ (metrics: /metrics)",
                         adm.host, adm.port)
 
-    async def stop(self) -> None:
-        """Stop what was started."""
-        if self.gateway is not None:
+    async def stop(self, *, leave_gateway: bool = False) -> None:
+        """Stop what was started (``leave_gateway``: a gateway process keeps running)."""
+        if isinstance(self.gateway, GatewayLink):
+            await self.gateway.stop(leave_running=leave_gateway)
+        elif self.gateway is not None:
             await self.gateway.stop()
         if self.admin is not None:
             await self.admin.stop()

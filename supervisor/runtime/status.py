@@ -20,6 +20,7 @@ from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
 from supervisor.record.store import Store
+from supervisor.runtime.gateway_link import GatewayLink
 from supervisor.runtime.levers import Ladder
 from supervisor.show.api.models import DecisionOut, LadderRung, StatusOut
 from supervisor.show.metrics import StateCollector, StateView
@@ -51,7 +52,7 @@ class StatusView:
 
     def __init__(self, policy: PolicyHolder, ladder: Ladder, launcher: EngineLauncher,
                  window: Window, store: Store, registry: CollectorRegistry,
-                 last: LastDecision, gateway: Gateway | None, *,
+                 last: LastDecision, gateway: Gateway | GatewayLink | None, *,
                  poke: Callable[[], None]) -> None:
         self._policy = policy
         self.ladder = ladder
@@ -148,9 +149,12 @@ class StatusView:
         if gw is None:
             return None
         return {"url": f"http://{policy.gateway.host}:{policy.gateway.port}/v1",
-                "held": gw.admission.held, "requests_in_flight": gw.admission.in_flight,
-                "requests_queued": gw.admission.queued,
-                "max_concurrency": gw.admission.max_concurrency}
+                **gw.summary()}
+
+    async def before_scrape(self) -> None:
+        """The gateway process's counters, fresh for this /metrics scrape."""
+        if isinstance(self.gateway, GatewayLink):
+            await self.gateway.refresh()
 
 
 def reboot_required(kind: str | None, decision: Decision | None) -> dict[str, Any] | None:

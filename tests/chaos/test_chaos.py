@@ -72,4 +72,11 @@ def test_planned_switch_fails_no_request(rig: Rig) -> None:
 def test_supervisor_killed_and_restarted_adopts_its_engine(rig: Rig) -> None:
     res = record(scenarios.supervisor_killed(rig))
     assert res.extra["same_engine"] and res.incident == "engine_adopted"
+    assert res.extra["same_gateway"]
+
+
+def test_supervisor_upgrade_keeps_engine_and_gateway(rig: Rig) -> None:
+    res = record(scenarios.supervisor_upgraded(rig))
+    assert res.extra["same_engine"] and res.extra["same_gateway"]
+    assert res.incident == "engine_adopted"
 

@@ -80,7 +80,8 @@ def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
 
     @app.get("/metrics", dependencies=[ReadAccess], tags=["metrics"])
     async def metrics() -> Response:
-        """The supervisor's own Prometheus metrics."""
+        """The supervisor's own Prometheus metrics (and its gateway process's)."""
+        await sup.before_scrape()
         return Response(generate_latest(sup.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="dashboard")

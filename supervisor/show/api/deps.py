@@ -51,6 +51,9 @@ class AdminBackend(Protocol):
     def engine_log(self) -> tuple[str, str, Path] | None:
         """(run id, mode, log file) of the current engine run; None before the first."""
 
+    async def before_scrape(self) -> None:
+        """Bring metrics kept elsewhere (the gateway process's) up to date."""
+
 
 def get_supervisor(request: Request) -> AdminBackend:
     """The service's read model, put on the app's state when the app was built."""
