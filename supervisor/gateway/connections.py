@@ -40,8 +40,9 @@ def connection_limit(configured: int) -> int:
     return max(1, min(configured, soft // 2))
 
 
-def _reply(transport: asyncio.BaseTransport, status: bytes) -> None:
-    if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+def _reply(transport: Any, status: bytes) -> None:
+    """Answer ``status`` and close (``transport``: a client's, or its CoalescingTransport)."""
+    if hasattr(transport, "write") and not transport.is_closing():
         transport.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n"
                         b"connection: close\r\n\r\n")
     transport.close()
