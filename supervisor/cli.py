@@ -12,6 +12,7 @@
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
         [--unit gateway-socket|gateway-service]   or the gateway's socket-activated units
     supervisor bench                          the chaos table and the benchmark figures
+    supervisor bench --day [--short]          a day of agent work under faults, three arms
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor demo-models DIR                build the tiny local models (idempotent)
     supervisor sample --policy FILE [--watch] print Samples of the engine and the box as JSON
@@ -141,6 +142,16 @@ def _parser() -> argparse.ArgumentParser:
                            "(real CPU engine; about 25 minutes)")
     bench.add_argument("--no-chaos", action="store_true", help="only the benchmark scripts")
     bench.add_argument("--no-scripts", action="store_true", help="only the chaos table")
+    bench.add_argument("--day", action="store_true",
+                       help="instead: a day of agent work under faults, always-fast vs "
+                       "always-safe vs supervised (about 30 minutes; exit 1 when the "
+                       "supervised arm fails a task)")
+    bench.add_argument("--short", action="store_true",
+                       help="with --day: the 5-minute version, two faults (CI's smoke test)")
+    bench.add_argument("--seed", type=int, default=1, help="with --day: the schedule's seed")
+    bench.add_argument("--dir", type=Path, default=None,
+                       help="with --day: where its state, logs and JSON go (default: a "
+                       "new temporary directory)")
 
     unit = sub.add_parser("systemd-unit", help="print a systemd unit file for this policy")
     unit.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")

@@ -84,7 +84,13 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    """``supervisor bench``: the chaos table and the benchmark figures."""
+    """``supervisor bench``: the chaos table and the benchmark figures; ``--day``: the
+    day of agent work under faults, three arms (``supervisor.chaos.day``)."""
+    if args.day:
+        from supervisor.chaos.day import main_day
+
+        return main_day(short=args.short, seed=args.seed, base=args.dir)
+
     from supervisor.chaos.bench import run_bench
 
     return run_bench(chaos=not args.no_chaos, scripts=not args.no_scripts)

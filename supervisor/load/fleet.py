@@ -7,6 +7,11 @@ over). Bursts: every ``burst_every_seconds`` all sessions fire at once after a p
 Long prompts: with probability ``long_prompt_probability`` a turn carries a long file
 excerpt. Every request is recorded (ok or why not, time to first token, tokens from the
 stream's ``usage``).
+
+Tasks (``task_turns``): an agent's task is that many successful turns in a row; a failed
+request fails the task (the agent gives up on it, as an agent run does when its model
+call errors) and the agent starts the next task afresh. Each finished task is a
+``TaskRecord``; one cut off by the end of the run is not recorded.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import openai
 
 from supervisor.load.agents import RequestRecord
 
-__all__ = ["Fleet"]
+__all__ = ["Fleet", "TaskRecord"]
 
 _TOOLS = [{"type": "function", "function": {
     "name": name, "description": desc,
@@ -34,6 +39,18 @@ _FILE = ("def handle(request):\n    if request.path == '/health':\n        retur
 _ASKS = ["Read main.py and fix the failing test in store.py.",
          "Find where the timeout is set and make it configurable.",
          "Run the tests and patch the function that fails."]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One agent task. Times in seconds, monotonic; ``requests`` counts its turns sent."""
+
+    agent: int
+    started_s: float
+    ended_s: float
+    requests: int
+    ok: bool
+    error: str | None = None
 
 
 @dataclass
@@ -53,6 +70,11 @@ class Fleet:
     seed: int = 0
     timeout_seconds: float = 300.0
     records: list[RequestRecord] = field(default_factory=list)
+    task_turns: int | None = None
+    """Successful turns that complete a task (None: no tasks are kept)."""
+    tasks: list[TaskRecord] = field(default_factory=list)
+    failure_pause_seconds: float = 0.5
+    """Pause after a failed request (with tasks: before the agent's next task)."""
 
     async def run(self, seconds: float, stop: asyncio.Event | None = None) -> list[RequestRecord]:
         """Run for ``seconds`` or until ``stop`` is set; requests in flight finish."""
@@ -72,6 +94,7 @@ class Fleet:
         rng = random.Random(self.seed * 7919 + i)
         history: list[dict] = [{"role": "user", "content": rng.choice(_ASKS)}]
         used = 0
+        task_start, turns = time.monotonic(), 0
         while time.monotonic() < deadline and not stop.is_set():
             if self.burst_every_seconds:
                 phase = time.monotonic() % self.burst_every_seconds
@@ -79,8 +102,16 @@ class Fleet:
                     await asyncio.sleep(self.burst_every_seconds - phase)
             record, answer = await self._turn(client, history)
             self.records.append(record)
+            turns += 1
+            if self.task_turns and (not record.ok or turns >= self.task_turns):
+                self.tasks.append(TaskRecord(i, task_start, time.monotonic(), turns, record.ok,
+                                             record.error))
+                task_start, turns = time.monotonic(), 0
+                history = [{"role": "user", "content": rng.choice(_ASKS)}]
+                if record.ok:
+                    continue
             if not record.ok:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(self.failure_pause_seconds)
                 continue
             used = record.prompt_tokens + record.completion_tokens
             call = {"name": rng.choice(_TOOLS)["function"]["name"],
