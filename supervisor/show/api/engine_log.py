@@ -1,13 +1,23 @@
 """GET /api/engine/log: the running engine's log file, read from a byte offset (for
-``supervisor logs -f``) or its last lines."""
+``supervisor logs -f``) or its last lines; GET /api/engine/log/stream: the same, live, as
+server-sent events (the dashboard's log view).
+
+The stream is plain ``text/event-stream`` behind the same read check as every read (the
+bearer token where reads need one): the dashboard reads it with ``fetch()`` and a
+``ReadableStream``, which can send the Authorization header (``EventSource`` cannot).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
 
 from supervisor.show.api.deps import ReadAccess, SupervisorDep
 
@@ -15,6 +25,11 @@ router = APIRouter(prefix="/api/engine", tags=["engine"], dependencies=[ReadAcce
 
 #: The most bytes one answer carries (a follower asks again from the new offset).
 MAX_BYTES = 256 * 1024
+#: How often the stream looks at the log file for new bytes or a new run. A quarter
+#: second: a line shows up at once to a reader, and the check is one stat-and-read.
+STREAM_CHECK_SECONDS = 0.25
+#: A comment line this often keeps proxies and the reader from timing the stream out.
+STREAM_KEEPALIVE_SECONDS = 15.0
 
 
 def read_log(path: Path, offset: int | None, lines: int) -> tuple[str, int, int]:
@@ -52,3 +67,41 @@ async def engine_log(sup: SupervisorDep, offset: int | None = Query(None, ge=0),
     text, next_offset, size = await asyncio.to_thread(read_log, path, offset, lines)
     return {"run_id": run_id, "mode": mode, "path": str(path), "offset": next_offset,
             "size": size, "text": text}
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event: ``event: NAME`` and its JSON ``data`` line."""
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+async def log_events(sup: Any, request: Request, lines: int) -> AsyncIterator[bytes]:
+    """The events of one stream: ``run`` (a run's last ``lines`` lines, at the start and
+    whenever the engine run changes: the reader starts its view over), then ``append``
+    (the bytes added since, ``text`` and the new ``offset``); a ``: keepalive`` comment
+    when quiet. Ends when the reader goes away."""
+    run_id, offset, quiet_since = None, 0, time.monotonic()
+    while not await request.is_disconnected():
+        current = sup.engine_log()
+        if current is not None and current[0] != run_id:
+            run_id, mode, path = current
+            text, offset, size = await asyncio.to_thread(read_log, path, None, lines)
+            yield _event("run", {"run_id": run_id, "mode": mode, "path": str(path),
+                                 "offset": offset, "size": size, "text": text})
+            quiet_since = time.monotonic()
+        elif current is not None:
+            text, offset, _ = await asyncio.to_thread(read_log, current[2], offset, 0)
+            if text:
+                yield _event("append", {"run_id": run_id, "offset": offset, "text": text})
+                quiet_since = time.monotonic()
+        if time.monotonic() - quiet_since >= STREAM_KEEPALIVE_SECONDS:
+            yield b": keepalive\n\n"
+            quiet_since = time.monotonic()
+        await asyncio.sleep(STREAM_CHECK_SECONDS)
+
+
+@router.get("/log/stream")
+async def engine_log_stream(request: Request, sup: SupervisorDep,
+                            lines: int = Query(100, ge=0, le=5000)) -> StreamingResponse:
+    """The engine's log, live, as server-sent events (``run``, then ``append``)."""
+    return StreamingResponse(log_events(sup, request, lines), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

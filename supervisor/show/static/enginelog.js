@@ -1,42 +1,84 @@
-// The engine's log, live: polls api/engine/log from the last byte offset (the reads'
-// token through app.js's api()), starts over when the run changes, keeps the last
-// MAX_LINES lines. Polling rather than server-sent events, so the bearer token works
-// where reads need it (EventSource cannot send an Authorization header).
+// The engine's log, live: server-sent events from api/engine/log/stream, read with
+// fetch() and a ReadableStream so the bearer token goes in the Authorization header
+// (EventSource cannot send one). A "run" event starts the view over (a new engine run:
+// its last lines), "append" events add what the engine wrote since. Keeps the last
+// MAX_LINES lines; reconnects RETRY_MS after the stream ends or fails.
 "use strict";
 
-const LOG_POLL_MS = 1000;
+const RETRY_MS = 1000;
 const MAX_LINES = 400;
-const engineLog = window.engineLog = { runId: null, offset: null, lines: [], partial: "" };
+const engineLog = window.engineLog = {
+  runId: null, offset: null, lines: [], partial: "", events: 0, connected: false,
+};
 
-async function pollLog() {
-  // Only after app.js's first good poll: it asks for the token, once, if reads need one.
-  if (!dashboard.polls) return setTimeout(pollLog, LOG_POLL_MS);
-  try {
-    const q = engineLog.offset === null ? "lines=100" : `offset=${engineLog.offset}`;
-    let out = await api(`api/engine/log?${q}`);
-    if (engineLog.runId !== null && out.run_id !== engineLog.runId) {
-      engineLog.lines.push(`--- engine run ${out.run_id} (mode ${out.mode}) ---`);
-      engineLog.partial = "";
-      out = await api("api/engine/log?offset=0");
+function showLines(chunks) {
+  engineLog.lines.push(...chunks);
+  engineLog.lines.splice(0, Math.max(0, engineLog.lines.length - MAX_LINES));
+  const pre = $("#engine-log");
+  const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.textContent = engineLog.lines.join("\n");
+  if (atBottom) pre.scrollTop = pre.scrollHeight;
+}
+
+function onLogEvent(name, data) {
+  engineLog.events += 1;
+  if (name === "run") {
+    if (engineLog.runId !== null && data.run_id !== engineLog.runId) {
+      engineLog.lines.push(`--- engine run ${data.run_id} (mode ${data.mode}) ---`);
     }
-    engineLog.runId = out.run_id;
-    engineLog.offset = out.offset;
-    const chunks = (engineLog.partial + out.text).split("\n");
-    engineLog.partial = chunks.pop();
-    if (chunks.length) {
-      engineLog.lines.push(...chunks);
-      engineLog.lines.splice(0, Math.max(0, engineLog.lines.length - MAX_LINES));
-      const pre = $("#engine-log");
-      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-      pre.textContent = engineLog.lines.join("\n");
-      if (atBottom) pre.scrollTop = pre.scrollHeight;
+    engineLog.partial = "";
+    engineLog.runId = data.run_id;
+    $("#log-where").textContent = `run ${data.run_id}, mode ${data.mode}: ${data.path}`;
+  }
+  engineLog.offset = data.offset;
+  const chunks = (engineLog.partial + data.text).split("\n");
+  engineLog.partial = chunks.pop();
+  if (chunks.length) showLines(chunks);
+}
+
+// One SSE frame ("event: x\ndata: {...}"); comments (": keepalive") carry nothing.
+function parseFrame(frame) {
+  let name = "message";
+  const data = [];
+  for (const line of frame.split("\n")) {
+    if (line.startsWith("event:")) name = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+  }
+  if (data.length) onLogEvent(name, JSON.parse(data.join("\n")));
+}
+
+async function streamLog() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const res = await fetch("api/engine/log/stream?lines=100", { headers, cache: "no-store" });
+  if (res.status === 401) throw new Error("the admin API needs a valid bearer token");
+  if (!res.ok) throw new Error(`${res.status} ${res.statusText} on the log stream`);
+  engineLog.connected = true;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      parseFrame(buffer.slice(0, end));
+      buffer = buffer.slice(end + 2);
     }
-    $("#log-where").textContent = `run ${out.run_id}, mode ${out.mode}: ${out.path}`;
-  } catch (err) {
-    $("#log-where").textContent = `not updated: ${err.message}`;
-  } finally {
-    setTimeout(pollLog, LOG_POLL_MS);
   }
 }
 
-pollLog();
+async function followLog() {
+  // Only after app.js's first good poll: it asks for the token, once, if reads need one.
+  if (!dashboard.polls) return setTimeout(followLog, RETRY_MS);
+  try {
+    await streamLog();
+  } catch (err) {
+    $("#log-where").textContent = `not updated: ${err.message}`;
+  } finally {
+    engineLog.connected = false;
+    setTimeout(followLog, RETRY_MS);
+  }
+}
+
+followLog();
