@@ -217,6 +217,11 @@ class SpeculativeGuard(_Model):
     """... position 0 under 75% of its usual value is a bad launch (position 0 at 0.44
     against a usual 0.77 on one launch, fixed by a restart: issue 13's report; vLLM's own
     MTP position 0 reads 0.76-0.83 on the same workload, vllm PR #48892) ..."""
+    good_run_seconds: Seconds = 1800.0
+    """A run of a speculative mode ready this long with no warning or worse, and at least
+    ``lottery_drafts`` drafts in the window, stores its acceptance by position as a
+    baseline (source ``run``): the lottery then judges launches against the fleet's own
+    recent good runs, not only calibration."""
     lottery_restarts: Annotated[int, Field(ge=0)] = 1
     """... restarted this many times; a further bad launch is ``spec_degraded`` (a warning
     on record, no more restarts: the speed guard may still step to no speculation)."""

@@ -31,6 +31,7 @@ from supervisor.record.trace import TraceWriter
 from supervisor.record.writer import RecordWriter
 from supervisor.runtime.events import EngineEvents
 from supervisor.runtime.gateway_link import make_gateway
+from supervisor.runtime.good_runs import GoodRuns
 from supervisor.runtime.levers import Ladder
 from supervisor.runtime.lock import InstanceLock
 from supervisor.runtime.recorder import Recorder
@@ -99,10 +100,13 @@ class Supervisor:
         self.baselines: Baselines = {}
         self.acceptance: AcceptanceBaselines = {}
         self._stop = asyncio.Event()
+        self.good_runs = GoodRuns(self.holder, self.window, write=self.recorder.write,
+                                  learned=lambda: self._spawn(self._relearn_acceptance()))
         self.ticker = Ticker(self.holder, self.sensors, self.launcher, self.executor,
                              self.ladder, self.window, self.last, self.trace,
                              stopping=self._stop.is_set, baselines=lambda: self.baselines,
-                             acceptance=lambda: self.acceptance)
+                             acceptance=lambda: self.acceptance,
+                             observe=self.good_runs.observe)
         self.startup = StartUp(self.holder, self.launcher, self.recorder, self.ladder)
         self.upkeep = Upkeep(self.holder, self.recorder, self.launcher, self.window,
                              self.ladder, lambda: self.startup.service_run_id)
@@ -215,6 +219,14 @@ class Supervisor:
         # From the main loop, after a tick ran: a stuck supervisor stops pinging and
         # systemd (WatchdogSec=) restarts it.
         self.notifier.watchdog()
+
+    async def _relearn_acceptance(self) -> None:
+        """A good run stored its acceptance: the lottery's baselines include it now."""
+        await self.writer.flush()
+        self.acceptance = await asyncio.to_thread(load_acceptance, self.writer.store,
+                                                  self.policy)
+        logger.info("usual acceptance by position, with the newest good runs: %s",
+                    self.acceptance)
 
     def _give_up(self) -> None:
         self.exit_code = 1

@@ -9,7 +9,10 @@ from supervisor.policy import Mode, Policy, build_argv
 from supervisor.record.store import Store
 from supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 
-__all__ = ["args_digest", "load_acceptance", "load_baselines"]
+__all__ = ["RUN_ROWS", "args_digest", "load_acceptance", "load_baselines"]
+
+#: Good runs averaged for a mode's usual acceptance (the newest first).
+RUN_ROWS = 3
 
 
 def args_digest(policy: Policy, mode: Mode) -> str:
@@ -33,18 +36,23 @@ def load_baselines(store: Store, policy: Policy) -> Baselines:
 
 
 def load_acceptance(store: Store, policy: Policy) -> AcceptanceBaselines:
-    """mode name -> usual acceptance by draft position: the mean over the mode's newest
-    calibration rows (every concurrency) measured with the current arguments. Modes
-    without speculation, or never calibrated, are absent."""
+    """mode name -> usual acceptance by draft position, for the launch lottery: the mean
+    over the mode's newest good runs (up to ``RUN_ROWS``, source ``run``: the fleet's own
+    workload), else over its newest calibration rows (every concurrency); only rows
+    measured with the current arguments. Modes without speculation, or never measured,
+    are absent."""
     digests = {m.name: args_digest(policy, m) for m in policy.modes}
     rows: dict[str, list[list[float]]] = {}
-    for row in store.baselines():
-        pos = row.acceptance_by_position
-        if digests.get(row.mode) == row.args_digest and pos:
-            rows.setdefault(row.mode, []).append([float(a) for a in pos])
+    for source in (store.run_baselines(per_mode=RUN_ROWS), store.baselines()):
+        found: dict[str, list[list[float]]] = {}
+        for row in source:
+            pos = row.acceptance_by_position
+            if digests.get(row.mode) == row.args_digest and pos and row.mode not in rows:
+                found.setdefault(row.mode, []).append([float(a) for a in pos])
+        rows.update(found)
     out: dict[str, tuple[float, ...]] = {}
-    for mode, found in rows.items():
-        k = len(found[0])
-        same = [r for r in found if len(r) == k]
+    for mode, measured in rows.items():
+        k = len(measured[0])
+        same = [r for r in measured if len(r) == k]
         out[mode] = tuple(round(sum(r[i] for r in same) / len(same), 4) for i in range(k))
     return out

@@ -167,6 +167,13 @@ class ModeBaselineRow(Base):
     mem_available_min_bytes: Mapped[int | None] = mapped_column(BigInteger)
     seconds: Mapped[float] = mapped_column(Float)
     requests: Mapped[int]
+    source: Mapped[str] = mapped_column(String(16), default="calibration",
+                                        server_default="calibration")
+    """``calibration`` (``supervisor calibrate``) or ``run``: the acceptance of a past run
+    of the mode that stayed healthy (``supervisor.runtime.good_runs``)."""
+    profile: Mapped[str | None] = mapped_column(String(32))
+    """The workload profile (``code``, ``short_chat``, ``long_form``, ``thinking``,
+    ``fleet``); None: the standard agent load the guards compare against."""
 
 
 class TelemetryRow(Base):

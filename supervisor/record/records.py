@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from supervisor.act.incident import Incident, Transition
 
 __all__ = [
+    "AddBaseline",
     "AddIncident",
     "AddRun",
     "AddTelemetry",
@@ -139,6 +140,28 @@ class AddTelemetry(Record):
 
     kind: ClassVar[str] = "add_telemetry"
     points: tuple[TelemetryPoint, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddBaseline(Record):
+    """One mode_baselines row (``source`` calibration or run; ``profile`` None for the
+    standard agent load)."""
+
+    kind: ClassVar[str] = "add_baseline"
+    mode: str
+    args_digest: str
+    concurrency: int
+    measured_at: datetime
+    tokens_per_second_per_request: float
+    tokens_per_second_total: float
+    ttft_seconds: float | None
+    acceptance_by_position: list[float] | None
+    peak_rss_bytes: int | None
+    mem_available_min_bytes: int | None
+    seconds: float
+    requests: int
+    source: str = "calibration"
+    profile: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

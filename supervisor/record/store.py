@@ -175,9 +175,10 @@ class Store:
         tokens_per_second_per_request: float, tokens_per_second_total: float,
         ttft_seconds: float | None, acceptance_by_position: list[float] | None,
         peak_rss_bytes: int | None, mem_available_min_bytes: int | None, seconds: float,
-        requests: int,
+        requests: int, source: str = "calibration", profile: str | None = None,
     ) -> None:
-        """Record one calibration measurement of ``mode`` at ``concurrency``."""
+        """Record one measurement of ``mode`` at ``concurrency`` (``source``: calibration
+        or run; ``profile``: a workload profile, None for the standard agent load)."""
         with self.session() as s:
             s.add(ModeBaselineRow(
                 fleet=self.fleet, host=self.host, mode=mode, args_digest=args_digest,
@@ -186,15 +187,52 @@ class Store:
                 tokens_per_second_total=tokens_per_second_total, ttft_seconds=ttft_seconds,
                 acceptance_by_position=acceptance_by_position, peak_rss_bytes=peak_rss_bytes,
                 mem_available_min_bytes=mem_available_min_bytes, seconds=seconds,
-                requests=requests))
+                requests=requests, source=source, profile=profile))
 
-    def baselines(self) -> list[ModeBaselineRow]:
-        """The newest baseline of each (mode, arguments, concurrency) on this host."""
+    def baselines(self, *, source: str = "calibration",
+                  profile: str | None = None) -> list[ModeBaselineRow]:
+        """The newest baseline of each (mode, arguments, concurrency) on this host, of
+        ``source`` and ``profile`` (default: calibration of the standard agent load)."""
         with self.session() as s:
             q = (select(ModeBaselineRow).where(ModeBaselineRow.fleet == self.fleet,
-                                               ModeBaselineRow.host == self.host)
+                                               ModeBaselineRow.host == self.host,
+                                               ModeBaselineRow.source == source,
+                                               ModeBaselineRow.profile.is_(None)
+                                               if profile is None
+                                               else ModeBaselineRow.profile == profile)
                  .order_by(ModeBaselineRow.id))
             newest: dict[tuple[str, str, int], ModeBaselineRow] = {}
             for row in s.scalars(q):
                 newest[(row.mode, row.args_digest, row.concurrency)] = row
+            return list(newest.values())
+
+    def run_baselines(self, *, per_mode: int = 3) -> list[ModeBaselineRow]:
+        """The newest ``per_mode`` rows of each (mode, arguments) from past good runs
+        (``source`` run), newest first."""
+        with self.session() as s:
+            q = (select(ModeBaselineRow).where(ModeBaselineRow.fleet == self.fleet,
+                                               ModeBaselineRow.host == self.host,
+                                               ModeBaselineRow.source == "run")
+                 .order_by(ModeBaselineRow.id.desc()))
+            out: list[ModeBaselineRow] = []
+            seen: dict[tuple[str, str], int] = {}
+            for row in s.scalars(q):
+                key = (row.mode, row.args_digest)
+                if seen.get(key, 0) < per_mode:
+                    seen[key] = seen.get(key, 0) + 1
+                    out.append(row)
+            return out
+
+    def profile_baselines(self) -> list[ModeBaselineRow]:
+        """The newest calibration row of each (mode, arguments, profile, concurrency)
+        measured on a workload profile (``supervisor calibrate --profiles``)."""
+        with self.session() as s:
+            q = (select(ModeBaselineRow).where(ModeBaselineRow.fleet == self.fleet,
+                                               ModeBaselineRow.host == self.host,
+                                               ModeBaselineRow.source == "calibration",
+                                               ModeBaselineRow.profile.is_not(None))
+                 .order_by(ModeBaselineRow.id))
+            newest: dict[tuple[str, str, str | None, int], ModeBaselineRow] = {}
+            for row in s.scalars(q):
+                newest[(row.mode, row.args_digest, row.profile, row.concurrency)] = row
             return list(newest.values())

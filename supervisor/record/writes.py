@@ -21,11 +21,13 @@ from supervisor.privacy import MASK, is_secret_name, mask_argv, mask_text
 from supervisor.record.models import (
     EngineRunRow,
     IncidentRow,
+    ModeBaselineRow,
     ModeTransitionRow,
     ServiceRunRow,
     TelemetryRow,
 )
 from supervisor.record.records import (
+    AddBaseline,
     AddIncident,
     AddRun,
     AddTelemetry,
@@ -156,6 +158,10 @@ def apply_to_session(session: Session, *, fleet: str, host: str, record: Record)
             insert_transition(session, fleet=fleet, host=host, transition=record.transition)
         case AddTelemetry():
             insert_telemetry(session, fleet=fleet, host=host, points=record.points)
+        case AddBaseline():
+            values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)
+                      if f.name != "key"}
+            session.add(ModeBaselineRow(fleet=fleet, host=host, **values))
         case StartService():
             session.add(ServiceRunRow(
                 service_run_id=record.service_run_id, fleet=fleet, host=host,

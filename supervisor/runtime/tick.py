@@ -42,7 +42,8 @@ class Ticker:
                  executor: Executor, ladder: Ladder, window: Window, last: LastDecision,
                  trace: TraceWriter | None, *, stopping: Callable[[], bool],
                  baselines: Callable[[], Baselines],
-                 acceptance: Callable[[], AcceptanceBaselines] = dict) -> None:
+                 acceptance: Callable[[], AcceptanceBaselines] = dict,
+                 observe: Callable[[Decision, int, float], object] | None = None) -> None:
         self._policy = policy
         self.sensors = sensors
         self.launcher = launcher
@@ -54,6 +55,8 @@ class Ticker:
         self._stopping = stopping
         self._baselines = baselines
         self._acceptance = acceptance
+        self._observe = observe
+        """Called with each decision, the rung it was taken in and the time (good runs)."""
         self._lock = asyncio.Lock()
         self._action: asyncio.Task[None] | None = None
         self._last_scheduled_s: float | None = None
@@ -83,6 +86,8 @@ class Ticker:
             if self.trace is not None:
                 self.trace.decision(now, decision)
             self.last.set(decision, now)
+            if self._observe is not None:
+                self._observe(decision, self.ladder.state.rung, now)
             from_rung = self.ladder.advance(decision, now)
             self._action = asyncio.get_running_loop().create_task(
                 self._carry_out(decision, from_rung))

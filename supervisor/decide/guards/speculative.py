@@ -145,6 +145,13 @@ def _launch_lottery(sit: Situation) -> list[Finding]:
                     Response.RELAUNCH)]
 
 
+def run_acceptance(run: Window, start_s: float,
+                   end_s: float) -> tuple[float, list[float]] | None:
+    """(drafts, acceptance per position) over ``[start_s, end_s]`` of one run, or None
+    (the launch lottery's arithmetic, for the good-run baselines)."""
+    return _acceptance(run, start_s, end_s)
+
+
 def _acceptance(run: Window, start_s: float, end_s: float) -> tuple[float, list[float]] | None:
     """(drafts, acceptance per position) over ``[start_s, end_s]`` of one run, or None."""
     part = run.between(start_s, end_s)
