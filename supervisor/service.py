@@ -100,8 +100,8 @@ class Supervisor:
         self.baselines: Baselines = {}
         self.acceptance: AcceptanceBaselines = {}
         self._stop = asyncio.Event()
-        self.good_runs = GoodRuns(self.holder, self.window, write=self.recorder.write,
-                                  learned=lambda: self._spawn(self._relearn_acceptance()))
+        self.good_runs = GoodRuns(self.holder, self.window, self.writer,
+                                  learned=lambda acc: setattr(self, "acceptance", acc))
         self.ticker = Ticker(self.holder, self.sensors, self.launcher, self.executor,
                              self.ladder, self.window, self.last, self.trace,
                              stopping=self._stop.is_set, baselines=lambda: self.baselines,
@@ -219,14 +219,6 @@ class Supervisor:
         # From the main loop, after a tick ran: a stuck supervisor stops pinging and
         # systemd (WatchdogSec=) restarts it.
         self.notifier.watchdog()
-
-    async def _relearn_acceptance(self) -> None:
-        """A good run stored its acceptance: the lottery's baselines include it now."""
-        await self.writer.flush()
-        self.acceptance = await asyncio.to_thread(load_acceptance, self.writer.store,
-                                                  self.policy)
-        logger.info("usual acceptance by position, with the newest good runs: %s",
-                    self.acceptance)
 
     def _give_up(self) -> None:
         self.exit_code = 1

@@ -10,25 +10,43 @@ judges a launch against what this fleet's workload usually gets from this mode.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import statistics
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Protocol
 
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Severity
 from supervisor.decide.guards.speculative import run_acceptance
 from supervisor.policy import Policy
 from supervisor.policy_holder import PolicyHolder
-from supervisor.record.baselines import args_digest
+from supervisor.record.baselines import args_digest, load_acceptance
 from supervisor.record.records import AddBaseline
+from supervisor.record.store import Store
 from supervisor.states import EngineState
+from supervisor.telemetry.baselines import AcceptanceBaselines
 from supervisor.telemetry.window import Window
 
-__all__ = ["UNTAINTING", "GoodRuns", "good_run_baseline"]
+__all__ = ["UNTAINTING", "BaselineWriter", "GoodRuns", "good_run_baseline"]
+
+logger = logging.getLogger(__name__)
 
 #: Warnings about the supervisor's view, not the run: a build without a series
 #: (``telemetry_degraded``) is still a good run.
 UNTAINTING = frozenset({"telemetry_degraded"})
+
+
+class BaselineWriter(Protocol):
+    """What ``GoodRuns`` writes through (``RecordWriter``: spooled if the store is down)."""
+
+    store: Store
+
+    def submit(self, record: AddBaseline) -> None: ...
+
+    async def flush(self) -> None: ...
 
 
 def good_run_baseline(window: Window, policy: Policy, rung: int,
@@ -63,21 +81,22 @@ def good_run_baseline(window: Window, policy: Policy, rung: int,
 
 
 class GoodRuns:
-    """Watches each tick's decision; writes one baseline per good run through ``write``
-    and then calls ``learned`` (the service reloads the usual acceptance)."""
+    """Watches each tick's decision; writes one baseline per good run through ``writer``,
+    then reloads the usual acceptance from the store and hands it to ``learned``."""
 
-    def __init__(self, policy: PolicyHolder, window: Window, *,
-                 write: Callable[[AddBaseline], None], learned: Callable[[], None]) -> None:
+    def __init__(self, policy: PolicyHolder, window: Window, writer: BaselineWriter, *,
+                 learned: Callable[[AcceptanceBaselines], None]) -> None:
         self.policy = policy
         self.window = window
-        self.write = write
+        self.writer = writer
         self.learned = learned
         self._troubled: set[str] = set()
         self._stored: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def observe(self, decision: Decision, rung: int, now_s: float) -> AddBaseline | None:
-        """After each decision: mark the run troubled on a warning or worse, else store
-        its baseline once it qualifies. Returns the row written, if any."""
+        """After each decision: mark the run troubled on an action or a warning or worse,
+        else store its baseline once it qualifies. Returns the row written, if any."""
         s = self.window.latest
         run_id = s.engine_run_id if s is not None else None
         if run_id is None or run_id in self._stored:
@@ -92,6 +111,18 @@ class GoodRuns:
         if row is None:
             return None
         self._stored.add(run_id)
-        self.write(row)
-        self.learned()
+        self.writer.submit(row)
+        with contextlib.suppress(RuntimeError):           # no loop: nothing to reload
+            task = asyncio.get_running_loop().create_task(self._relearn())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return row
+
+    async def _relearn(self) -> None:
+        """Once the row is in the store: the lottery's usual acceptance includes it."""
+        await self.writer.flush()
+        acceptance = await asyncio.to_thread(load_acceptance, self.writer.store,
+                                             self.policy.current)
+        logger.info("usual acceptance by position, with the newest good runs: %s",
+                    acceptance)
+        self.learned(acceptance)

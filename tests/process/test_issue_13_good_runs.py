@@ -5,6 +5,7 @@ troubled one does not, and the launch lottery judges against the newest good run
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime
 
@@ -39,13 +40,29 @@ def store(request, tmp_path):
     s.close()
 
 
-def live(store: Store, warning_at_s: float | None = None) -> list[AddBaseline]:
+class Writer:
+    """The RecordWriter's two calls, straight to the real store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.written = store, []
+
+    def submit(self, record: AddBaseline) -> None:
+        self.store.apply(record)
+        self.written.append(record)
+
+    async def flush(self) -> None:
+        pass
+
+
+def live(store: Store, warning_at_s: float | None = None,
+         learned: list | None = None) -> list[AddBaseline]:
     """The good-run watcher over one run, as the tick calls it; rows go to ``store``."""
     case = load_case(LOTTERY)
     window = Window(case.policy.sampling.window_seconds)
-    written: list[AddBaseline] = []
-    runs = GoodRuns(PolicyHolder(case.policy), window,
-                    write=lambda r: (store.apply(r), written.append(r)), learned=lambda: None)
+    writer = Writer(store)
+    written = writer.written
+    runs = GoodRuns(PolicyHolder(case.policy), window, writer,
+                    learned=(learned if learned is not None else []).append)
     for s in build_samples(GOOD):
         window.append(s)
         findings = ()
@@ -56,8 +73,14 @@ def live(store: Store, warning_at_s: float | None = None) -> list[AddBaseline]:
     return written
 
 
-def test_issue_13_a_good_run_stores_its_acceptance_once(store: Store) -> None:
-    (row,) = live(store)
+async def test_issue_13_a_good_run_stores_its_acceptance_once(store: Store) -> None:
+    learned: list = []
+    (row,) = live(store, learned=learned)
+    for _ in range(200):                           # the reload runs in a thread
+        if learned:
+            break
+        await asyncio.sleep(0.05)
+    assert learned == [{"nvfp4-mtp5": (0.6, 0.45, 0.33, 0.24, 0.18)}]
     assert row.source == "run" and row.mode == "nvfp4-mtp5" and row.concurrency == 3
     assert row.measured_at <= datetime.now(UTC)
     case = load_case(LOTTERY)
