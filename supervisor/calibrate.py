@@ -37,6 +37,7 @@ from supervisor.sense.engine_metrics import parse_metrics
 from supervisor.sense.host import HostReader
 from supervisor.sense.probes import scrape_metrics, served_model
 from supervisor.sense.process_tree import read_process_tree
+from supervisor.sense.profiles import profile_for
 from supervisor.states import EngineState
 
 __all__ = ["calibrate", "propose_order"]
@@ -53,9 +54,12 @@ async def _wait_ready(launcher: EngineLauncher) -> bool:
     return launcher.state is EngineState.READY
 
 
-async def _metrics(client: httpx.AsyncClient, base: str) -> dict[str, Any]:
+async def _metrics(client: httpx.AsyncClient, base: str, kind: str) -> dict[str, Any]:
+    """The engine's counters in Sample field names (its profile's metric table)."""
+    profile = profile_for(kind)
     try:
-        return parse_metrics(await scrape_metrics(client, base, 5.0))
+        return parse_metrics(await scrape_metrics(client, base, 5.0), table=profile.metrics,
+                             per_position=profile.per_position_metric)
     except ScrapeError:
         return {}
 
@@ -96,7 +100,7 @@ async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: s
                 peak["avail"] = avail if peak["avail"] is None else min(peak["avail"], avail)
             await asyncio.sleep(0.5)
 
-    before = await _metrics(client, base)
+    before = await _metrics(client, base, launcher.policy.engine.kind)
     watcher = asyncio.create_task(watch())
     t0 = time.monotonic()
     records = await AgentLoad(base, model, concurrency, context_limit_tokens=context,
@@ -104,7 +108,7 @@ async def _measure(launcher: EngineLauncher, client: httpx.AsyncClient, model: s
     elapsed = time.monotonic() - t0
     done.set()
     await watcher
-    after = await _metrics(client, base)
+    after = await _metrics(client, base, launcher.policy.engine.kind)
     summary = summarize(records, elapsed)
     client_side = summary["tokens_per_second_per_request"]
     server_side = _tpot_rate(before, after)
@@ -160,6 +164,17 @@ def _tokens(value: object) -> int:
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
+def _context_tokens(policy: Policy, rung: int) -> int:
+    """The context one request may use at ``rung``: vLLM's ``--max-model-len``;
+    llama-server's ``--ctx-size`` shared by its ``--parallel`` slots (tools/server: each
+    slot gets n_ctx / n_parallel)."""
+    args = policy.modes[rung].args
+    if policy.engine.kind == "llama_cpp":
+        slots = policy.max_num_seqs(rung) or 1
+        return int(args.get("--ctx-size") or DEFAULT_CONTEXT_TOKENS * slots) // slots
+    return _tokens(args.get("--max-model-len") or DEFAULT_CONTEXT_TOKENS)
+
+
 async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, policy: Policy,
                           store: Store, rung: int, concurrency: tuple[int, ...], seconds: float,
                           rows: list[dict[str, Any]], emit: Callable[[str], None],
@@ -169,7 +184,7 @@ async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, p
         emit(f"{mode.name:12s} did not become ready: skipped")
         return
     model = await served_model(client, launcher.base_url, 5.0) or "default"
-    context = _tokens(mode.args.get("--max-model-len") or DEFAULT_CONTEXT_TOKENS)
+    context = _context_tokens(policy, rung)
     await AgentLoad(launcher.base_url, model, 1, context_limit_tokens=context).run(3.0)
     for conc in concurrency:
         m = await _measure(launcher, client, model, conc, seconds, context)

@@ -25,10 +25,12 @@ from pydantic import (
     BaseModel,
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from supervisor.engine_flags import EngineKind, flag_rules
 from supervisor.errors import PolicyError
 from supervisor.policy_base import POLICY_CONFIG
 from supervisor.policy_guards import (
@@ -44,7 +46,7 @@ from supervisor.policy_guards import (
     Sampling,
     Storage,
 )
-from supervisor.policy_spec import check_speculative_config, spares_large_batches
+from supervisor.policy_spec import check_speculative_config
 from supervisor.policy_yaml import load_policy, load_policy_file
 
 __all__ = [
@@ -82,6 +84,11 @@ class _Model(BaseModel):
 class EngineSpec(_Model):
     """How to launch the engine. Every mode shares these; modes add arguments."""
 
+    kind: EngineKind = "vllm"
+    """Which engine this is: ``vllm`` or ``llama_cpp`` (llama.cpp's ``llama-server``). It
+    picks the engine profile: the flags the supervisor adds, how speculation shows in the
+    modes' flags, the metric names, probes and log signatures (``supervisor.engine_flags``,
+    ``supervisor.sense.profiles``)."""
     executable: Annotated[str, Field(min_length=1)]
     """Program to run: a path (``.engine-venv/bin/python``, ``/opt/vllm/bin/vllm``) or a
     name looked up on PATH. Never run through a shell."""
@@ -110,12 +117,8 @@ class EngineSpec(_Model):
 
     @field_validator("args")
     @classmethod
-    def _no_reserved_flags(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            flag = arg.split("=", 1)[0]
-            if flag in RESERVED_FLAGS:
-                raise ValueError(f"{flag} is set by the supervisor (engine.host, engine.port, "
-                                 "engine.shutdown_timeout_seconds); remove it from the arguments")
+    def _no_reserved_flags(cls, args: list[str], info: ValidationInfo) -> list[str]:
+        flag_rules(info.data.get("kind", "vllm")).check_engine_args(args)
         return args
 
 
@@ -194,14 +197,17 @@ class Mode(_Model):
     gateway: GatewayLimits = GatewayLimits()
     """Admission limits in this mode; changing only these needs no restart."""
     startup_fallbacks: list[StartupFallback] | None = None
-    """Corrective retries of a failed start, in order; None: ``DEFAULT_STARTUP_FALLBACKS``,
-    ``[]``: none (a failed start is then an ordinary crash)."""
+    """Corrective retries of a failed start, in order; None: ``DEFAULT_STARTUP_FALLBACKS``
+    (vLLM; none for llama-server, whose flags differ), ``[]``: none (a failed start is
+    then an ordinary crash)."""
+
+    _kind: str = PrivateAttr(default="vllm")   # the policy's engine.kind (Policy._ladder)
 
     @property
     def fallbacks(self) -> tuple[StartupFallback, ...]:
         """The fallbacks in effect for this mode."""
         if self.startup_fallbacks is None:
-            return DEFAULT_STARTUP_FALLBACKS
+            return DEFAULT_STARTUP_FALLBACKS if self._kind == "vllm" else ()
         return tuple(self.startup_fallbacks)
 
     @field_validator("args")
@@ -217,8 +223,10 @@ class Mode(_Model):
 
     @property
     def speculative(self) -> bool:
-        """True when this mode turns on speculative decoding (``--speculative-config``)."""
-        return bool(self.args.get("--speculative-config"))
+        """True when this mode turns on speculative decoding: vLLM's
+        ``--speculative-config``, llama-server's ``--spec-type``/``--model-draft``/lookup
+        caches (``engine_flags.FlagRules.speculative``)."""
+        return flag_rules(self._kind).speculative(self.args)
 
 
 class Policy(_Model):
@@ -259,6 +267,13 @@ class Policy(_Model):
             raise ValueError("storage: database_url and database_url_file: set one, not both")
         if self.gateway.auth == "keys" and not self.gateway.api_keys:
             raise ValueError("gateway.auth is keys but gateway.api_keys is empty")
+        rules = flag_rules(self.engine.kind)
+        for i, mode in enumerate(self.modes):
+            mode._kind = self.engine.kind
+            try:
+                rules.check_mode(mode.args)
+            except ValueError as exc:
+                raise ValueError(f"modes[{i}].args: {exc}") from None
         if self.initial_mode is not None and self.initial_mode not in names:
             raise ValueError(f"initial_mode {self.initial_mode!r} is not one of the modes: "
                              f"{', '.join(names)}")
@@ -272,8 +287,9 @@ class Policy(_Model):
     def first_rung_sparing_large_batches_below(self, rung: int) -> int | None:
         """The first rung after ``rung`` without speculation on large batches (none at all,
         or vLLM's dynamic k at 0 for its largest batch sizes), or None."""
-        return next((i for i in range(rung + 1, len(self.modes)) if spares_large_batches(
-            self.modes[i].args.get("--speculative-config"))), None)
+        rules = flag_rules(self.engine.kind)
+        return next((i for i in range(rung + 1, len(self.modes))
+                     if rules.spares_large_batches(self.modes[i].args)), None)
 
     def first_plain_rung_below(self, rung: int) -> int | None:
         """The first rung after ``rung`` without speculative decoding, or None."""
@@ -283,16 +299,10 @@ class Policy(_Model):
         return None
 
     def max_num_seqs(self, rung: int) -> int | None:
-        """``--max-num-seqs`` in the argument vector the engine gets at ``rung``
-        (``build_argv``; the last one wins, as with argparse), or None: vLLM's default,
-        which depends on the hardware."""
-        argv = build_argv(self, self.modes[rung])
-        value = None
-        for i, arg in enumerate(argv):
-            flag, eq, inline = arg.partition("=")
-            if flag == "--max-num-seqs":
-                value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-        return int(value) if value is not None and value.isdigit() else None
+        """The sequences cap (vLLM ``--max-num-seqs``, llama-server ``--parallel``/``-np``)
+        in the argument vector the engine gets at ``rung`` (``build_argv``; the last one
+        wins, as with argparse), or None: the engine's default."""
+        return flag_rules(self.engine.kind).sequences_cap(build_argv(self, self.modes[rung]))
 
     def first_rung_with_fewer_sequences_below(self, rung: int) -> int | None:
         """The first rung after ``rung`` whose ``--max-num-seqs`` is known and lower than
@@ -412,19 +422,18 @@ def build_argv(policy: Policy, mode: Mode,
                overrides: Iterable[tuple[str, ArgValue]] = ()) -> list[str]:
     """The engine's full argument vector for ``mode``: never a shell string.
 
-    Shape: ``[executable, *engine.args, *mode.args, --host H, --port P,
-    --shutdown-timeout N]``. ``--shutdown-timeout`` is vLLM's (engine/arg_utils.py): on
-    SIGTERM the server drains in-flight requests for up to N seconds. ``overrides``
-    (a start-up fallback's flags) replace or extend the mode's arguments.
+    Shape: ``[executable, *engine.args, *mode.args, --host H, --port P, <tail>]``, the
+    tail by engine kind (``engine_flags.FlagRules.tail``): vLLM ``--shutdown-timeout N``
+    (engine/arg_utils.py: on SIGTERM the server drains in-flight requests for up to N
+    seconds), llama-server ``--metrics``. ``overrides`` (a start-up fallback's flags)
+    replace or extend the mode's arguments.
     """
     eng = policy.engine
     return [
         policy.engine_executable,
         *eng.args,
         *render_args({**mode.args, **dict(overrides)}),
-        "--host", eng.host,
-        "--port", str(eng.port),
-        "--shutdown-timeout", str(eng.shutdown_timeout_seconds),
+        *flag_rules(eng.kind).tail(eng.host, eng.port, eng.shutdown_timeout_seconds),
     ]
 
 

@@ -179,10 +179,11 @@ class SpeculativeGuard(_Model):
     """Speculative decoding: crash signatures, acceptance anomalies, no gain."""
 
     crash_tags: list[str] = ["cuda_illegal_memory_access", "device_side_assert",
-                             "structured_output_fsm"]
+                             "structured_output_fsm", "ggml_assert"]
     """Engine-log signatures that, in a crash with speculation on, point at speculation
     (``structured_output_fsm``: xgrammar's "Failed to advance FSM" under speculation, then
-    failed requests and engine death: vllm #51660, #44006)."""
+    failed requests and engine death: vllm #51660, #44006; ``ggml_assert``: llama.cpp's
+    GGML_ASSERT abort, with speculation in llama.cpp #23500, #23398)."""
     fsm_warning_lines: Annotated[int, Field(ge=1)] = 1
     """FSM lines alone while the engine serves: a warning on record (requests recover with
     HTTP 200 in vllm #53777 and #53181); a crash or hang with them skips speculation."""

@@ -13,7 +13,8 @@ token and upstream key included). The engine gets, in this order (later wins):
 3. ``engine.environment`` from the policy, verbatim: the one way to give the engine a
    secret (``HF_TOKEN: ${HF_TOKEN}``) or a development-mode switch, on purpose;
 4. ``engine.api_key_file``'s key as ``VLLM_API_KEY`` (vLLM reads it like ``--api-key``,
-   and it then stays out of the argument vector, which ``ps`` shows to every user);
+   and it then stays out of the argument vector, which ``ps`` shows to every user), or
+   ``LLAMA_API_KEY`` for llama-server (``engine_flags.FlagRules.api_key_env``);
 5. ``TMPDIR``: the run's private directory.
 
 ``VLLM_SERVER_DEV_MODE=1`` opens /sleep, /wake_up, /collective_rpc, /reset_prefix_cache
@@ -40,6 +41,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from supervisor.engine_flags import flag_rules
 from supervisor.policy import Policy
 from supervisor.privacy import is_secret_name
 
@@ -107,7 +109,7 @@ def engine_environment(policy: Policy, tmp_dir: Path,
     out.update(policy.engine.environment)
     key = policy.engine_api_key(env)
     if key is not None:
-        out["VLLM_API_KEY"] = key
+        out[flag_rules(policy.engine.kind).api_key_env] = key
     out["TMPDIR"] = str(tmp_dir)
     return out
 

@@ -37,6 +37,7 @@ from supervisor.act.processes import (
     spawn_failure,
     stop_leftover_group,
 )
+from supervisor.engine_flags import flag_rules
 from supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
 from supervisor.policy import Policy, build_argv
 from supervisor.policy_holder import PolicyHolder
@@ -51,13 +52,12 @@ __all__ = ["EngineLauncher"]
 
 logger = logging.getLogger(__name__)
 
-#: How often /health is polled while the engine starts. vLLM binds its HTTP port only
-#: once the engine core is up, so a 200 means the model is loaded.
+#: How often /health is polled while the engine starts; a 200 means the model is loaded
+#: (vLLM binds its port only then; llama-server answers 503 "Loading model" until then).
 READY_POLL_SECONDS = 0.25
-#: How often a starting engine's tree is looked at for new ``VLLM::`` children to watch.
-#: A child takes its title within milliseconds of its start (setproctitle in vLLM's
-#: process entry), and its death is then seen through its pidfd at once: 0.1 s bounds
-#: the blind spot of a core that dies right after it appears.
+#: How often a starting engine's tree is looked at for new ``VLLM::`` children to watch: a
+#: child takes its title within milliseconds (setproctitle in vLLM's process entry) and its
+#: death is seen through its pidfd at once; 0.1 s bounds the blind spot of a dying core.
 START_WATCH_SECONDS = 0.1
 
 
@@ -290,7 +290,7 @@ class EngineLauncher:
         """Stop the engine on purpose and wait until its whole group is gone.
 
         1. SIGTERM to the API server; vLLM drains for up to ``--shutdown-timeout``.
-        2. Wait up to ``shutdown_timeout_seconds + stop_grace_seconds`` for it to exit.
+        2. Wait ``stop_grace_seconds`` (+ vLLM's ``shutdown_timeout_seconds``) for it to exit.
         3. SIGKILL to the whole process group (EngineCore and Workers can outlive it).
         4. Wait up to ``kill_timeout_seconds`` for every process of the group to vanish.
         5. Remove the run's TMPDIR and the /dev/shm files it left behind.
@@ -309,7 +309,7 @@ class EngineLauncher:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(run.pid, signal.SIGTERM)
             eng = self.policy.engine
-            grace = eng.shutdown_timeout_seconds + eng.stop_grace_seconds
+            grace = flag_rules(eng.kind).stop_wait_seconds(eng)
             try:
                 await asyncio.wait_for(self._exited.wait(), grace)
             except TimeoutError:

@@ -27,8 +27,9 @@ from supervisor.sense.gateway_load import GatewayLoadSource, gateway_fields
 from supervisor.sense.gpu import GpuReading, GpuSensor
 from supervisor.sense.host import HostReader, processes_rss_bytes
 from supervisor.sense.kernel_log import KernelLogFollower
-from supervisor.sense.probes import canary, probe_health, scrape_metrics, served_model
+from supervisor.sense.probes import canary, probe_health, probe_loop, scrape_metrics, served_model
 from supervisor.sense.process_tree import read_process_tree
+from supervisor.sense.profiles import profile_for
 from supervisor.sense.reclassify import kernel_event_tag
 from supervisor.states import EngineState, EngineStatus
 from supervisor.telemetry.load import load_of
@@ -208,17 +209,22 @@ class Sensors:
 
     async def _probe(self, client: httpx.AsyncClient) -> dict[str, Any]:
         eng = self.policy.engine
+        profile = profile_for(eng.kind)
         base = f"http://{eng.host}:{eng.port}"
         timeout = self.policy.sampling.probe_timeout_seconds
-        health, metrics = await asyncio.gather(
-            probe_health(client, base, timeout), scrape_metrics(client, base, timeout),
-            return_exceptions=True)
+        probes = [probe_health(client, base, timeout), scrape_metrics(client, base, timeout)]
+        if profile.loop_probe_path is not None:
+            probes.append(probe_loop(client, base, profile.loop_probe_path, timeout))
+        health, metrics, *loop = await asyncio.gather(*probes, return_exceptions=True)
         out: dict[str, Any] = {}
         if isinstance(health, tuple):
             out["health_status"], out["health_latency_seconds"] = health
+        if loop and isinstance(loop[0], tuple):
+            out["engine_loop_answered"] = loop[0][0]
         if isinstance(metrics, str):
             try:
-                out.update(parse_metrics(metrics))
+                out.update(parse_metrics(metrics, table=profile.metrics,
+                                         per_position=profile.per_position_metric))
             except MetricsParseError as exc:
                 out["metrics_error"] = str(exc)
         elif isinstance(metrics, ScrapeError):
@@ -249,11 +255,14 @@ class Sensors:
                 "canary_latency_seconds": c.latency_seconds, "canary_finished_s": c.finished_s}
 
     def _stalled(self, window: Window, now_s: float) -> bool:
-        """Requests present, yet no engine step for ``canary_after_seconds``."""
+        """Requests present, yet no engine step (or no answer from the engine's own loop,
+        ``engine_loop_answered``) for ``canary_after_seconds``."""
         latest = window.latest
         if latest is None or latest.engine_state is not EngineState.READY:
             return False
         flat = window.unchanged_for(("iteration_tokens_count_total",), now_s)
+        if latest.engine_loop_answered is False:
+            flat = window.unchanged_for(("engine_loop_answered",), now_s)
         return bool(load_of(latest)) and flat is not None \
             and flat >= self.policy.sampling.canary_after_seconds
 

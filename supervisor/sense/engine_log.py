@@ -1,4 +1,5 @@
-"""Classify vLLM's own log lines into incident tags. Pure: one line in, tags out.
+"""Classify the engine's own log lines (vLLM's, and llama-server's at the end of the
+table) into incident tags. Pure: one line in, tags out.
 
 One table, ``SIGNATURES``: each entry names its tag, its pattern, whether the signature points at
 speculative decoding when speculation is on (illegal memory access and device-side asserts are
@@ -231,6 +232,36 @@ SIGNATURES += (
         _VLLM + "vllm/distributed/device_communicators/pynccl_wrapper.py NCCL_CHECK "
         "RuntimeError(f'NCCL error: {error_str}') raised from ncclCommInitRank while the "
         "workers start (vllm-project/vllm#10626, #7800, #16707)",
+    ),
+)
+
+#: llama.cpp's llama-server (vendored by llama-cpp-python 0.3.36; engine profile
+#: ``llama_cpp``). Its lines never match the vLLM patterns above, nor these vLLM's
+#: (tests/unit/test_engine_profiles.py reads both engines' recorded logs).
+SIGNATURES += (
+    _sig(
+        "ggml_assert",
+        r"GGML_ASSERT\(.*\) failed",
+        "ggml/src/ggml.c ggml_abort(): '<file>:<line>: GGML_ASSERT(<expr>) failed', then a "
+        "backtrace and abort() (SIGABRT). With speculation on it is the usual crash: "
+        "'common/sampling.cpp:635: GGML_ASSERT(idxs.size() == draft.size() + 1 ...) failed' "
+        "with ngram-mod on a hybrid model (spiritbuun/buun-llama-cpp#74), GGML_ASSERT(obj_new) "
+        "in common_speculative_impl_draft_mtp::process (ggml-org/llama.cpp#23500), "
+        "GGML_ASSERT(buffer) after adding 'draft-mtp' (ggml-org/llama.cpp#23398)",
+        speculative=True,
+    ),
+    _sig(
+        "bad_argument",
+        r"error: invalid argument: (?P<flag>--?[\w.-]+)",
+        "llama.cpp common/arg.cpp common_params_parse_ex: 'error: invalid argument: %s' for a "
+        "flag this build does not know (seen from the 0.3.36 binary: "
+        "tests/fixtures/llamacpp/0.3.36/start-bad-flag.txt)",
+    ),
+    _sig(
+        "model_not_found",
+        r"failed to open GGUF file",
+        "ggml/src/gguf.cpp gguf_init_from_file: \"failed to open GGUF file '%s' (%s)\" for a "
+        "model path that does not exist (seen from the 0.3.36 binary)",
     ),
 )
 

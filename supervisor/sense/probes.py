@@ -14,7 +14,8 @@ import httpx
 from supervisor.errors import ScrapeError, ScrapeTimeout
 from supervisor.sense.names import COMPLETIONS_PATH, HEALTH_PATH, METRICS_PATH, MODELS_PATH
 
-__all__ = ["CANARY_PROMPT", "canary", "probe_health", "scrape_metrics", "served_model"]
+__all__ = ["CANARY_PROMPT", "canary", "probe_health", "probe_loop", "scrape_metrics",
+           "served_model"]
 
 
 async def probe_health(
@@ -61,6 +62,24 @@ async def scrape_metrics(client: httpx.AsyncClient, base_url: str, timeout_secon
     if resp.status_code != 200:
         raise ScrapeError(f"{url} answered {resp.status_code}", url=url)
     return resp.text
+
+
+async def probe_loop(client: httpx.AsyncClient, base_url: str, path: str,
+                     timeout_seconds: float) -> tuple[bool | None, float | None]:
+    """``GET {base_url}{path}``: a request only the engine's own loop answers (an engine
+    profile's ``loop_probe_path``, llama-server's ``/slots``).
+
+    Returns: (True, latency) for any HTTP answer, (False, None) when none came within
+    ``timeout_seconds``, (None, None) when the connection failed (no verdict on the loop).
+    """
+    t0 = time.monotonic()
+    try:
+        await client.get(base_url + path, timeout=timeout_seconds)
+    except httpx.TimeoutException:
+        return False, None
+    except httpx.HTTPError:
+        return None, None
+    return True, time.monotonic() - t0
 
 
 #: The canary's whole request: one token from a one-word prompt. Cheap enough to send

@@ -84,6 +84,11 @@ class Sample:
     """Of those, tokens found there (``vllm:prefix_cache_hits_total``)."""
     metrics_error: str | None = None
     """Why ``/metrics`` could not be read this tick, if it could not."""
+    engine_loop_answered: bool | None = None
+    """Whether a request only the engine's own scheduling loop answers came back within the
+    probe timeout (llama-server's ``/slots``; its ``/metrics`` goes through the same loop):
+    False is evidence of a stalled loop (llama.cpp #27388: "/health OK but /slots hangs").
+    None where the engine profile has no such probe (vLLM) or it was not sent."""
 
     # Canary: one tiny completion, sent only when progress looks stalled.
     canary_pending: bool | None = None

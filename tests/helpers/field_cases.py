@@ -9,6 +9,7 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
     summary: one line
     report_values: [field, ...]     # Sample fields whose values come from the report
     filler: what was invented, and why
+    base_policy: gb10-llamacpp.yaml   # optional: another shipped policy as the base
     policy: {}              # deep-merged into the base policy (BASE_POLICY below)
     ladder: {rung: 0}       # LadderState fields at the start
     baselines: {mode: [[concurrency, tokens/s per request]]}
@@ -45,7 +46,8 @@ classified with today's classifiers (``supervisor.sense.reclassify``) into
 ``engine_log_tags`` and ``kernel_events``, exactly as replay re-judges a recorded trace.
 
 Counters carry over from span to span (a new ``engine_run_id`` in ``fields`` resets them to
-0, as an engine restart resets vLLM's counters). ``engine_state`` defaults to ready since
+0, as an engine restart resets vLLM's counters; ``null`` in ``fields`` makes one unknown,
+as when ``/metrics`` stops answering). ``engine_state`` defaults to ready since
 t=0; give ``engine_state``/``engine_state_since_s`` in ``fields`` to say otherwise.
 
 ``play_case`` runs the real ``decide()`` after every sample and advances the ladder with
@@ -115,10 +117,10 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _policy(over: dict[str, Any], source: str) -> Policy:
-    base = yaml.safe_load(BASE_POLICY.read_text())
+def _policy(over: dict[str, Any], source: str, base_file: Path = BASE_POLICY) -> Policy:
+    base = yaml.safe_load(base_file.read_text())
     return load_policy(yaml.safe_dump(_merge(base, over)), source=source,
-                       base_dir=BASE_POLICY.parent)
+                       base_dir=base_file.parent)
 
 
 def _tuple(v: Any) -> Any:
@@ -151,6 +153,8 @@ def build_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> 
             counters = {k: (tuple(0.0 for _ in v) if isinstance(v, tuple) else 0.0)
                         for k, v in counters.items()}
         fields.update(new)
+        for k in [k for k, v in new.items() if v is None]:
+            counters.pop(k, None)     # a counter set to null is unknown from here on
         rates = {k: _tuple(v) for k, v in (seg.get("rates") or {}).items()}
         for k, v in rates.items():
             # A rate on a field also given in ``fields`` starts from that value (a gauge
@@ -193,7 +197,8 @@ def load_case(path: Path) -> FieldCase:
     if not raw["source"] or not all(isinstance(s, dict) and s.get("url") for s in
                                     raw["source"]):
         raise ValueError(f"{name}: source: each entry needs a url")
-    policy = _policy(raw.get("policy") or {}, name)
+    base_file = BASE_POLICY.parent / raw["base_policy"] if raw.get("base_policy") else BASE_POLICY
+    policy = _policy(raw.get("policy") or {}, name, base_file)
     ladder_fields = dict(raw.get("ladder") or {})
     ladder_fields.setdefault("rung", 0)
     samples = [reclassify(x) for x in build_samples(raw["segments"], source=name)]

@@ -30,6 +30,7 @@ REQUIRED_TAGS = {
     "model_not_found",
     "nccl_init_failed",
     "structured_output_fsm",
+    "ggml_assert",
 }
 
 
@@ -100,7 +101,7 @@ def test_the_table() -> None:
     assert all(isinstance(s, Signature) and s.source for s in SIGNATURES)
     speculative = {s.tag for s in SIGNATURES if s.speculative}
     assert speculative == {"cuda_illegal_memory_access", "device_side_assert",
-                           "structured_output_fsm"}
+                           "structured_output_fsm", "ggml_assert"}
 
 
 def test_every_signature_matches_a_fixture_line() -> None:

@@ -15,6 +15,11 @@ The stall window:
   requests in flight (a wedged kernel spinning: ~95% util at 16-27 W against ~45 W
   healthy, eugr/spark-vllm-docker#260). The canary still decides.
 
+An engine whose ``/metrics`` is served by its own loop (llama-server) stops answering it
+when the loop stops, while ``/health`` still answers ok (llama.cpp #27388): a sample whose
+loop probe went unanswered (``engine_loop_answered`` False) counts as no progress, its
+counters as unchanged since the last answer. The canary still decides.
+
 Requests stuck before the scheduler (the gateway holds them, the engine reports 0 running
 and 0 waiting, no counter moves: vllm #51921 after client aborts) count as load through
 ``load_of`` and are a hang too; the evidence says where they are stuck.
@@ -44,12 +49,23 @@ GUARD = "engine_hung"
 PROGRESS = ("iteration_tokens_count_total", "prompt_tokens_total", "generation_tokens_total")
 
 
+def _progress(known: list[Sample]) -> list[tuple[float | None, ...]]:
+    """The progress counters of each sample, the last answered ones carried through the
+    samples whose loop did not answer (their counters are unknown, not moving)."""
+    out: list[tuple[float | None, ...]] = []
+    for x in known:
+        now = tuple(getattr(x, f) for f in PROGRESS)
+        out.append(out[-1] if out and x.engine_loop_answered is False and None in now else now)
+    return out
+
+
 def _stall(sit: Situation, known: list[Sample]) -> tuple[float, float, Sample] | None:
     """(stalled since, flat seconds, newest known sample), or None."""
     last = known[-1]
     flat_since = last.t_s
-    for x in reversed(known):
-        if any(getattr(x, f) != getattr(last, f) for f in PROGRESS):
+    progress = _progress(known)
+    for x, seen in zip(reversed(known), reversed(progress), strict=True):
+        if seen != progress[-1]:
             break
         flat_since = x.t_s
     # An idle spell before the stall is fine (counters are flat then too); only the last
@@ -114,7 +130,8 @@ def check(sit: Situation) -> list[Finding]:
     if up < cfg.ready_grace_seconds + min(cfg.stall_seconds, cfg.power_hint_stall_seconds):
         return []
     known = [x for x in sit.run_samples()
-             if all(getattr(x, f) is not None for f in PROGRESS) and load_of(x) is not None]
+             if (all(getattr(x, f) is not None for f in PROGRESS)
+                 or x.engine_loop_answered is False) and load_of(x) is not None]
     if not known:
         return []
     got = _stall(sit, known)
@@ -143,6 +160,7 @@ def check(sit: Situation) -> list[Finding]:
         "generation_tokens_total": last.generation_tokens_total,
         "canary_ok": s.canary_ok, "canary_latency_seconds": s.canary_latency_seconds,
         "health_status": s.health_status, "health_latency_seconds": s.health_latency_seconds,
+        "engine_loop_answered": s.engine_loop_answered,
     }
     failed = s.canary_ok is False and s.canary_finished_s is not None \
         and s.canary_finished_s >= since
