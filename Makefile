@@ -1,5 +1,6 @@
 # Quick start (see README.md):
 #   make demo   build what is missing, then run the supervisor on the CPU engine
+#               (ENGINE=llama_cpp: on llama.cpp's llama-server instead of vLLM)
 #   make test   build what is missing, then run the whole test suite
 #
 # Every build step is idempotent: a marker written at its end says it is done.
@@ -8,14 +9,21 @@ PYTHON ?= python3
 VENV := .venv
 ENGINE_VENV := .engine-venv
 MODELS := .demo-models
+LLAMACPP := .llamacpp
 SUP := $(VENV)/bin/supervisor
+# The engine `make demo` runs: vllm (policies/cpu-demo.yaml) or llama_cpp
+# (policies/cpu-demo-llamacpp.yaml).
+ENGINE ?= vllm
+DEMO_POLICY_vllm := policies/cpu-demo.yaml
+DEMO_POLICY_llama_cpp := policies/cpu-demo-llamacpp.yaml
 
 # The browser tests (tests/browser/) drive Debian's Chromium; CI runs `make test` as root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint setup clean chromium promtool lock
 
-setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json
+setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json \
+	$(LLAMACPP)/BUILD.json
 
 # The development environment is exactly requirements-dev.lock (what CI tests with); the
 # project itself goes on top without resolving anything again. `make lock` rewrites the
@@ -46,8 +54,15 @@ $(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
 $(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json
 	$(SUP) demo-models $(MODELS) --engine-python $(ENGINE_VENV)/bin/python
 
+# llama-server built from the llama.cpp that llama-cpp-python's sdist vendors, and the demo
+# models as GGUF; the command skips what BUILD.json says is already built.
+$(LLAMACPP)/BUILD.json: supervisor/demo/llamacpp.py supervisor/demo/gguf_convert.py \
+		$(MODELS)/BUILD.json
+	$(SUP) engine-env --kind llama_cpp --path $(LLAMACPP) --models $(MODELS) \
+		--engine-python $(ENGINE_VENV)/bin/python
+
 demo: setup
-	$(SUP) run --policy policies/cpu-demo.yaml
+	$(SUP) run --policy $(DEMO_POLICY_$(ENGINE))
 
 chromium:
 	@command -v chromium >/dev/null || \
@@ -68,4 +83,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) .supervisor
+	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) .supervisor

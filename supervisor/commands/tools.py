@@ -97,10 +97,20 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def engine_env(args: argparse.Namespace) -> int:
-    """``supervisor engine-env``: the CPU engine's environment (idempotent)."""
+    """``supervisor engine-env``: the CPU engine's environment, or llama-server and its
+    GGUF demo models (``--kind llama_cpp``); idempotent."""
+    if args.kind == "llama_cpp":
+        from supervisor.demo.llamacpp import build_llama_cpp
+
+        models = args.models.resolve() if (args.models / "target").is_dir() else None
+        report = build_llama_cpp((args.path or Path(".llamacpp")).resolve(), models=models,
+                                 engine_python=args.engine_python.absolute())
+        print(f"llama-server: {' '.join(report.get('version', []))}; models: "
+              f"{', '.join(report.get('models', {}).values()) or 'not converted'}")
+        return EXIT_OK
     from supervisor.demo.setup import create_engine_env
 
-    create_engine_env(args.path.resolve())
+    create_engine_env((args.path or Path(".engine-venv")).resolve())
     return EXIT_OK
 
 
