@@ -39,18 +39,21 @@ ENGINE_PY = ROOT / ".engine-venv" / "bin" / "python"
 LITELLM_VENV = ROOT / ".bench-venv" / "litellm"
 MODEL = "tiny"
 
-GATEWAY_RUNNER = """
-import asyncio, sys
-from prometheus_client import CollectorRegistry
-from supervisor.gateway.server import Gateway
-from supervisor.policy import load_policy_file
-async def main():
-    gw = Gateway(load_policy_file(sys.argv[1]), rung=0, registry=CollectorRegistry())
-    await gw.start(); gw.release(0)
-    await asyncio.Event().wait()
-import uvloop
-uvloop.run(main())
-"""
+def release_gateway(state: Path) -> None:
+    """Tell the gateway process (``supervisor gateway``, as ``supervisor run`` starts it)
+    that the engine serves in rung 0: its control socket, as the supervisor does."""
+    transport = httpx.HTTPTransport(uds=str(state / "gateway.sock"))
+    deadline = time.monotonic() + 120
+    with httpx.Client(transport=transport, base_url="http://gateway", timeout=5) as c:
+        while True:
+            try:
+                c.post("/control/release", json={"rung": 0}).raise_for_status()
+                return
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
 
 NGINX_CONF = """
 worker_processes 1;
@@ -110,8 +113,9 @@ def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
               "modes": [{"name": "plain"}], "gateway": {"port": gw},
               "storage": {"state_directory": str(tmp)}}
     (tmp / "gw.yaml").write_text(yaml.safe_dump(policy))
-    procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", GATEWAY_RUNNER,
-                                   str(tmp / "gw.yaml")], cwd=ROOT, start_new_session=True))
+    procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "supervisor",
+                                   "gateway", "--policy", str(tmp / "gw.yaml")], cwd=ROOT,
+                                  start_new_session=True))
     (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, engine=engine, port=ngx))
     procs.append(subprocess.Popen(["taskset", "-c", "1", shutil.which("nginx") or "nginx",
                                    "-c", str(tmp / "nginx.conf"), "-p", str(tmp),
@@ -128,6 +132,7 @@ def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
                                   stdout=open(tmp / "litellm.log", "w"),  # noqa: SIM115
                                   stderr=subprocess.STDOUT, start_new_session=True))
     wait_http(f"http://127.0.0.1:{engine}/health")
+    release_gateway(tmp)
     wait_http(f"http://127.0.0.1:{lt}/health/liveliness")
     paths = {"direct": {"url": f"http://127.0.0.1:{engine}", "headers": {}},
              "gateway": {"url": f"http://127.0.0.1:{gw}", "headers": {}},
