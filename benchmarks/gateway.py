@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/gateway.py [--rounds 150] [--seconds 6] [--streams 8]
 
 One process tree, one upstream: the CPU engine (the tiny Llama target, no speculation,
-the fastest mode, so proxy overhead shows) pinned to core 0 with ``taskset``; the
-supervisor's gateway, nginx (``proxy_buffering off``, upstream keepalive) and LiteLLM's
+the fastest mode, so proxy overhead shows), which binds its worker to a core itself; the
+supervisor's gateway process, nginx (``proxy_buffering off``, upstream keepalive) and LiteLLM's
 proxy (its own virtual environment, .bench-venv/litellm, created on first use, run
 offline) and this client all on core 1. Paths are interleaved round by round, so drift
 in the box's load hits every path alike. Prints, per path: latency p50/p99 of a short
@@ -103,8 +103,14 @@ def litellm_python() -> Path:
 def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
     engine, gw, ngx, lt = free_port(), free_port(), free_port(), free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmp)}
+    # Not under taskset, as the launcher (supervisor/act/launcher.py) gives the engine
+    # every CPU: vLLM's CPU worker binds its OpenMP threads itself from the CPUs it may
+    # use less the ones it reserves for its scheduler (VLLM_CPU_OMP_THREADS_BIND=auto,
+    # vllm/utils/ompmultiprocessing.py), and with only core 0 allowed it has 1 CPU for
+    # 1 reserved ("Selected CPU core number (1) should be greater than reserved"). The
+    # likely cause of the SIGILL at the first request under taskset -c 0 (issue 14).
     procs.append(subprocess.Popen(
-        ["taskset", "-c", "0", str(ENGINE_PY), "-m", "vllm.entrypoints.openai.api_server",
+        [str(ENGINE_PY), "-m", "vllm.entrypoints.openai.api_server",
          "--model", str(ROOT / ".demo-models" / "target"), "--served-model-name", MODEL,
          "--port", str(engine), "--max-model-len", "1024", "--max-num-seqs", "16",
          "--enforce-eager"], env=env, stdout=open(tmp / "engine.log", "w"),  # noqa: SIM115
