@@ -10,8 +10,9 @@ With ``profiles`` (``supervisor.load.profiles``: code, short chat, long-form, th
 each rung is also measured on each kind of work; ``propose_order`` then ranks the
 speculative rungs for this fleet and returns the change as a diff of the policy's mode
 order for the operator to apply (no single winner: DSpark beat MTP on code, MTP won long
-essays on the same GB10 weights). Only the ``agent`` profile's rows are stored as the
-baselines the guards read.
+essays on the same GB10 weights). Every profile's rows are stored too (``profile`` column;
+the dashboard's calibration table), but only the standard agent load's rows (profile None)
+are the baselines the guards read.
 """
 
 from __future__ import annotations
@@ -130,9 +131,9 @@ async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = N
 
     Each mode: start the engine, warm it up, run the load per concurrency, stop it.
     A mode whose engine does not become ready is reported and skipped. ``profiles``:
-    measure each mode on these workload profiles too (rows carry ``profile``; only the
-    agent load's rows are stored). Raises KeyError for a mode or profile name that does
-    not exist.
+    measure each mode on these workload profiles too (rows carry ``profile`` and are
+    stored with it; the guards read only the agent load's). Raises KeyError for a mode
+    or profile name that does not exist.
     """
     for name in profiles:
         if name not in PROFILES:
@@ -195,22 +196,30 @@ async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, p
              f"{m['tokens_per_second_total']:7.1f} "
              f"{'-' if ttft is None else f'{ttft:.3f}':>8s} {m['requests']:4d} "
              f"{m['failed']:4d} {m['acceptance_by_position'] or '-'}")
-        await asyncio.to_thread(
-            store.add_baseline, mode=mode.name, args_digest=args_digest(policy, mode),
-            concurrency=conc, measured_at=datetime.now(UTC),
-            tokens_per_second_per_request=m["tokens_per_second_per_request"],
-            tokens_per_second_total=m["tokens_per_second_total"],
-            ttft_seconds=ttft, acceptance_by_position=m["acceptance_by_position"],
-            peak_rss_bytes=m["peak_rss_bytes"],
-            mem_available_min_bytes=m["mem_available_min_bytes"],
-            seconds=m["seconds"], requests=m["requests"])
+        await _store(store, policy, rung, conc, m, None)
     for name in profiles:
         for conc in concurrency:
             m = await _measure(launcher, client, model, conc, seconds, context, PROFILES[name])
             rows.append({"mode": mode.name, "concurrency": conc, "profile": name, **m})
+            await _store(store, policy, rung, conc, m, name)
             emit(f"{mode.name:12s} {conc:4d} {m['tokens_per_second_per_request']:9.1f} "
                  f"{m['tokens_per_second_total']:7.1f} profile {name} "
                  f"{m['acceptance_by_position'] or '-'}")
+
+
+async def _store(store: Store, policy: Policy, rung: int, conc: int, m: dict[str, Any],
+                 profile: str | None) -> None:
+    """One measured row into mode_baselines (``profile`` None: the agent load the guards
+    read; a profile's rows are for the operator's table and the proposed order)."""
+    mode = policy.modes[rung]
+    await asyncio.to_thread(
+        store.add_baseline, mode=mode.name, args_digest=args_digest(policy, mode),
+        concurrency=conc, measured_at=datetime.now(UTC),
+        tokens_per_second_per_request=m["tokens_per_second_per_request"],
+        tokens_per_second_total=m["tokens_per_second_total"],
+        ttft_seconds=m["ttft_seconds_p50"], acceptance_by_position=m["acceptance_by_position"],
+        peak_rss_bytes=m["peak_rss_bytes"], mem_available_min_bytes=m["mem_available_min_bytes"],
+        seconds=m["seconds"], requests=m["requests"], profile=profile)
 
 
 def propose_order(rows: list[dict[str, Any]], policy: Policy) -> str | None:

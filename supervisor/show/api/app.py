@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from supervisor import __version__
 from supervisor.show.api import (
     actions,
+    calibration,
     engine_log,
     fleet,
     incidents,
@@ -47,7 +48,8 @@ def load_token(sup: AdminBackend) -> str | None:
 
 def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     """Routes: /api/status, /api/incidents[/{id}], /api/transitions, /api/telemetry,
-    /api/actions/{action}, /api/engine/log, /api/fleet, /metrics, and the dashboard at /.
+    /api/actions/{action}, /api/engine/log, /api/fleet, /api/calibration, /metrics, and
+    the dashboard at /.
     OpenAPI at /docs."""
     app = FastAPI(title="agent-serving supervisor", version=__version__,
                   description="Admin API of the reliability supervisor: status, incidents, "
@@ -56,7 +58,8 @@ def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     app.state.supervisor = sup
     app.state.token = token
     app.state.reads_open = is_loopback(sup.policy.admin.host)
-    for module in (status, incidents, transitions, telemetry, actions, engine_log, fleet):
+    for module in (status, incidents, transitions, telemetry, actions, engine_log, fleet,
+                   calibration):
         app.include_router(module.router)
     spec = sup.policy.admin
     hosts = frozenset({*LOOPBACK_NAMES, *(h.lower() for h in spec.allowed_hosts),
