@@ -31,6 +31,7 @@
                                               unit, enabled (uninstall [--purge] undoes it)
     supervisor fleet --database URL           every supervisor on one database: rung, last
                                               incident, heartbeat age
+    supervisor agent --policy FILE --node N   a worker node's agent (engine across boxes)
 
 Exit status: 0 success; 1 the service gave up or a setup step failed (levers: the
 service refused it); 2 bad usage or a bad policy file (the message names the file, the
@@ -51,7 +52,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from supervisor import __version__
-from supervisor.commands import fleet, gateway, install, levers, listings, run, schema, tools
+from supervisor.commands import (
+    agent,
+    fleet,
+    gateway,
+    install,
+    levers,
+    listings,
+    run,
+    schema,
+    tools,
+)
 from supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from supervisor.commands.helpfmt import HelpfulParser
 from supervisor.errors import PolicyError, SetupError, StoreError
@@ -228,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
     levers.add_parsers(sub)
     install.add_parsers(sub)
     fleet.add_parser(sub)
+    agent.add_parser(sub)
     return p
 
 
@@ -246,6 +258,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "history": listings.history, "export": listings.export, "runs": listings.runs,
     **dict.fromkeys(levers.COMMANDS, levers.run),
     "install": install.run, "uninstall": install.run, "fleet": fleet.run,
+    "agent": agent.run,
 }
 
 

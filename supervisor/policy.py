@@ -46,6 +46,7 @@ from supervisor.policy_guards import (
     Sampling,
     Storage,
 )
+from supervisor.policy_nodes import DistributedSpec, NodeSpec, check_nodes
 from supervisor.policy_spec import check_speculative_config
 from supervisor.policy_yaml import load_policy, load_policy_file
 
@@ -114,6 +115,9 @@ class EngineSpec(_Model):
     """Extra wait after ``shutdown_timeout_seconds`` before SIGKILL to the whole group."""
     kill_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     """How long every process of the group gets to vanish after SIGKILL."""
+    nodes: list[NodeSpec] = []     # one engine across boxes, the head first (policy_nodes)
+    distributed: DistributedSpec = DistributedSpec()
+    _nodes = model_validator(mode="after")(check_nodes)
 
     @field_validator("args")
     @classmethod

@@ -34,6 +34,7 @@ from supervisor.runtime.gateway_link import make_gateway
 from supervisor.runtime.good_runs import GoodRuns
 from supervisor.runtime.levers import Ladder
 from supervisor.runtime.lock import InstanceLock
+from supervisor.runtime.nodes import attach_nodes
 from supervisor.runtime.recorder import Recorder
 from supervisor.runtime.reload import Reloader
 from supervisor.runtime.service_parts import Listeners, Scheduler
@@ -91,6 +92,7 @@ class Supervisor:
             self.holder, self.launcher, self.recorder, poke_at=self._poke_at,
             give_up=self._give_up, kernel_lines=lambda: list(self.sensors.recent_kernel_lines),
             gateway=self.gateway)
+        self.nodes = attach_nodes(self)     # an engine across boxes: every rank, every node
         self.last = LastDecision()
         self.status_view = StatusView(self.holder, self.ladder, self.launcher, self.window,
                                       store, self.registry, self.last, self.gateway,
@@ -194,11 +196,13 @@ class Supervisor:
                 await self.gateway.hold("supervisor shutting down")
             try:
                 if not self._detach:
-                    await self.launcher.stop(reason="supervisor shutting down")
+                    await self.executor.launcher.stop(reason="supervisor shutting down")
             except EngineStopTimeout as exc:
                 logger.error("%s", exc)
                 self.exit_code = self.exit_code or 1
         await self.launcher.close()
+        if self.nodes is not None:
+            await self.nodes.close()
         await self.listeners.stop(leave_gateway=self._detach)
         await self.alerter.close()
         for task in list(self._tasks):

@@ -98,8 +98,11 @@ def _inherited(name: str, policy: Policy) -> bool:
 
 
 def engine_environment(policy: Policy, tmp_dir: Path,
-                       environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The engine's whole environment (see the module doc for the order).
+                       environ: Mapping[str, str] | None = None, *,
+                       node_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The engine's whole environment (see the module doc for the order); ``node_env``:
+    an engine across boxes, this rank's node's own variables on top
+    (``supervisor.act.node_argv.node_environment``; None: the head's, resolved here).
 
     Raises: ``PolicyError`` when ``engine.api_key_file`` cannot be read.
     """
@@ -107,6 +110,11 @@ def engine_environment(policy: Policy, tmp_dir: Path,
     out = {k: v for k, v in env.items() if _inherited(k, policy)}
     out["PYTHONUNBUFFERED"] = "1"
     out.update(policy.engine.environment)
+    if node_env is None and policy.engine.nodes:
+        from supervisor.act.node_argv import node_environment
+
+        node_env = node_environment(policy, 0)[0]
+    out.update(node_env or {})
     key = policy.engine_api_key(env)
     if key is not None:
         out[flag_rules(policy.engine.kind).api_key_env] = key

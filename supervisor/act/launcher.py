@@ -150,8 +150,8 @@ class EngineLauncher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def start(self, *, rung: int,
-                    start_args: tuple[tuple[str, object], ...] = ()) -> EngineRun:
+    async def start(self, *, rung: int, start_args: tuple[tuple[str, object], ...] = (),
+                    run_id: str | None = None) -> EngineRun:
         """Launch the engine in mode ``policy.modes[rung]``; returns at once.
 
         1. Refuse if an engine of ours is still running (EngineStartError).
@@ -176,7 +176,7 @@ class EngineLauncher:
             await self.kill(reason="clearing a crashed run before a new start")
         mode = self.policy.modes[rung]
         state_dir = self.policy.state_directory
-        run_id = new_run_id()
+        run_id = run_id or new_run_id()       # given: the id worker ranks were started for
         run = EngineRun(
             run_id=run_id, rung=rung, mode=mode.name,
             argv=build_argv(self.policy, mode, start_args),

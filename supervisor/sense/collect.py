@@ -27,6 +27,7 @@ from supervisor.sense.gateway_load import GatewayLoadSource, gateway_fields
 from supervisor.sense.gpu import GpuReading, GpuSensor
 from supervisor.sense.host import HostReader, processes_rss_bytes
 from supervisor.sense.kernel_log import KernelLogFollower
+from supervisor.sense.nodes import NodePoller
 from supervisor.sense.probes import canary, probe_health, probe_loop, scrape_metrics, served_model
 from supervisor.sense.process_tree import read_process_tree
 from supervisor.sense.profiles import profile_for
@@ -94,8 +95,10 @@ class Sensors:
         gpu: GpuSensor | None = None,
         kernel: KernelLogFollower | None = None,
         gateway: GatewayLoadSource | None = None,
+        nodes: NodePoller | None = None,
     ) -> None:
         self._policy = PolicyHolder.of(policy)
+        self.nodes = nodes
         self.gpu = gpu
         self.kernel = kernel
         self.gateway = gateway
@@ -124,6 +127,8 @@ class Sensors:
             await asyncio.to_thread(self.gpu.start)
         if self.kernel is not None:
             self.kernel_source = self.kernel.start()
+        if self.nodes is not None:
+            await self.nodes.start()
 
     async def close(self) -> None:
         """Stop background work and release NVML, the kernel log and the HTTP client."""
@@ -134,6 +139,8 @@ class Sensors:
             self.kernel.close()
         if self.gpu is not None:
             self.gpu.close()
+        if self.nodes is not None:
+            await self.nodes.close()
         if self._http is not None:
             await self._http.aclose()
 
@@ -184,6 +191,8 @@ class Sensors:
         fields.update(self._log_fields(log_lines))
         fields.update(gateway_fields(self.gateway))
         fields.update(self._start_progress(status, log_lines, fields, window))
+        if self.nodes is not None:
+            fields["nodes"] = self.nodes.snapshot(now_s)
         return Sample(**fields)
 
     def _start_progress(self, status: EngineStatus, log_lines: list[str],

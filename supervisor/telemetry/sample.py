@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from supervisor.states import EngineState
+from supervisor.telemetry.node_sample import NodeSample
 
 __all__ = ["Sample"]
 
@@ -199,6 +200,10 @@ class Sample:
     """Answers the gateway saw end in one short unit repeated for hundreds of tokens
     that the prompt did not ask for (token 0 after NaN logits: vllm #55766)."""
 
+    # An engine across boxes (``engine.nodes``): each worker node as the head heard of it.
+    nodes: tuple[NodeSample, ...] | None = None
+    """One per worker node (``supervisor.telemetry.node_sample``); None: one box."""
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready mapping of every field (``None`` kept, state as its string)."""
         out = dataclasses.asdict(self)
@@ -213,4 +218,6 @@ class Sample:
                                   for k, v in data.items()}
         if values.get("engine_state") is not None:
             values["engine_state"] = EngineState(values["engine_state"])
+        if values.get("nodes") is not None:
+            values["nodes"] = tuple(NodeSample.from_dict(n) for n in values["nodes"])
         return cls(**values)

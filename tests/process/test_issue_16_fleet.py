@@ -32,6 +32,9 @@ def _policy(tmp_path: Path, name: str, url: str, initial: str) -> Path:
         "gateway": {"enabled": False},
         "admin": {"port": free_port()},
         "sampling": {"tick_seconds": 0.5, "kernel_log": False},
+        # A shared box's MemAvailable can sit under the shipped 6 GiB floor: not this
+        # test's subject (seen: both fake engines killed as memory_floor emergencies).
+        "guards": {"memory_floor": {"min_available_bytes": 256 * 2**20}},
         "storage": {"state_directory": str(tmp_path / name), "database_url": url,
                     "host_name": name, "heartbeat_seconds": 0.5},
     }

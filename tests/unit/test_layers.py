@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "supervisor"
 
 #: Shared vocabulary, importable from every floor; they import only one another.
 BASE = frozenset({"__init__", "errors", "states", "policy", "policy_guards", "policy_gateway",
+                  "policy_nodes",
                   "policy_base", "policy_holder", "policy_yaml", "policy_thresholds", "policy_spec",
                   "policy_paths", "privacy", "serve", "engine_flags"})
 #: The floors, lowest first: each may import the base and the floors below it.
@@ -29,7 +30,7 @@ BESIDE = {
     "demo": set(),
 }
 #: On top, lowest first: each may import everything below it.
-TOP = ("runtime", "calibrate", "chaos", "service", "commands", "cli", "__main__")
+TOP = ("runtime", "agent", "calibrate", "chaos", "service", "commands", "cli", "__main__")
 #: decide/ is pure: no floor but telemetry, no base module but these.
 DECIDE_MAY = {"telemetry", "policy", "policy_guards", "policy_thresholds", "states"}
 

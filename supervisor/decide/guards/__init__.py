@@ -13,6 +13,7 @@ from supervisor.decide.guards import (
     memory_floor,
     memory_forecast,
     memory_pressure,
+    nodes,
     preemption_storm,
     sample_gaps,
     speculative,
@@ -23,7 +24,7 @@ from supervisor.decide.guards import (
 )
 
 #: Every guard, in the order their findings are reported.
-ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, engine_hung,
+ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, nodes, engine_hung,
        corrupted_output, speculative, memory_forecast, memory_pressure, sample_gaps,
        preemption_storm, thermal, load_budget, telemetry_health, agent_errors)
 
