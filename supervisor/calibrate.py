@@ -10,9 +10,11 @@ With ``profiles`` (``supervisor.load.profiles``: code, short chat, long-form, th
 each rung is also measured on each kind of work; ``propose_order`` then ranks the
 speculative rungs for this fleet and returns the change as a diff of the policy's mode
 order for the operator to apply (no single winner: DSpark beat MTP on code, MTP won long
-essays on the same GB10 weights). Every profile's rows are stored too (``profile`` column;
-the dashboard's calibration table), but only the standard agent load's rows (profile None)
-are the baselines the guards read.
+essays on the same GB10 weights). The profile ``fleet`` is the fleet's own recent request
+shapes, kept by the gateway where the operator opted in (``gateway.sample_request_shapes``;
+lengths only, never text: supervisor/load/fleet_shapes.py). Every profile's rows are
+stored too (``profile`` column; the dashboard's calibration table), but only the standard
+agent load's rows (profile None) are the baselines the guards read.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import httpx
 from supervisor.act.launcher import EngineLauncher
 from supervisor.errors import ScrapeError
 from supervisor.load.agents import AgentLoad, summarize
+from supervisor.load.fleet_shapes import FLEET, fetch_shapes, fleet_profile
 from supervisor.load.profiles import PROFILES, Profile
 from supervisor.policy import Policy
 from supervisor.record.baselines import args_digest
@@ -136,8 +139,11 @@ async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = N
     or profile name that does not exist.
     """
     for name in profiles:
-        if name not in PROFILES:
+        if name not in PROFILES and name != FLEET:
             raise KeyError(name)
+    # Opt-in (gateway.sample_request_shapes): the fleet's own shapes, read before any
+    # engine of ours takes the port. ValueError names the setting when they are missing.
+    shapes = fetch_shapes(policy) if FLEET in profiles else []
     selected = [policy.mode_index(m) for m in modes] if modes else range(len(policy.modes))
     rows: list[dict[str, Any]] = []
     launcher = EngineLauncher(policy)
@@ -148,7 +154,7 @@ async def calibrate(policy: Policy, store: Store, *, modes: list[str] | None = N
             await launcher.start(rung=rung)
             try:
                 await _calibrate_mode(launcher, client, policy, store, rung, concurrency,
-                                      seconds, rows, emit, profiles)
+                                      seconds, rows, emit, profiles, shapes)
             finally:
                 await launcher.stop(reason="calibration of this mode done")
     await launcher.close()
@@ -179,7 +185,8 @@ def _context_tokens(policy: Policy, rung: int) -> int:
 async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, policy: Policy,
                           store: Store, rung: int, concurrency: tuple[int, ...], seconds: float,
                           rows: list[dict[str, Any]], emit: Callable[[str], None],
-                          profiles: tuple[str, ...] = ()) -> None:
+                          profiles: tuple[str, ...] = (),
+                          shapes: list[dict[str, Any]] | None = None) -> None:
     mode = policy.modes[rung]
     if not await _wait_ready(launcher):
         emit(f"{mode.name:12s} did not become ready: skipped")
@@ -198,8 +205,9 @@ async def _calibrate_mode(launcher: EngineLauncher, client: httpx.AsyncClient, p
              f"{m['failed']:4d} {m['acceptance_by_position'] or '-'}")
         await _store(store, policy, rung, conc, m, None)
     for name in profiles:
+        work = fleet_profile(shapes or [], context) if name == FLEET else PROFILES[name]
         for conc in concurrency:
-            m = await _measure(launcher, client, model, conc, seconds, context, PROFILES[name])
+            m = await _measure(launcher, client, model, conc, seconds, context, work)
             rows.append({"mode": mode.name, "concurrency": conc, "profile": name, **m})
             await _store(store, policy, rung, conc, m, name)
             emit(f"{mode.name:12s} {conc:4d} {m['tokens_per_second_per_request']:9.1f} "

@@ -130,7 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--seconds", type=float, default=20.0, help="load per concurrency")
     cal.add_argument("--profiles", default="",
                      help="also measure these workload profiles (code,short_chat,long_form,"
-                          "thinking) and propose the order of the speculative rungs")
+                          "thinking; fleet: the running gateway's recent request shapes, "
+                          "opt-in gateway.sample_request_shapes) and propose the order of "
+                          "the speculative rungs")
 
     rep = sub.add_parser("replay", help="run the decisions over a recorded trace, or a "
                          "closed-loop scenario (--scenario)")

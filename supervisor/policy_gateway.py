@@ -80,6 +80,10 @@ class GatewaySpec(_Model):
     """An answer ending in one unit of at most 16 characters (a token) repeated this many
     times, not asked for by the prompt, is degenerate: the ``corrupted_output`` guard's
     evidence (token 0 after NaN logits until ``max_tokens``: vllm #55766)."""
+    sample_request_shapes: Annotated[int, Field(ge=0, le=100_000)] = 0
+    """Opt-in: keep the last N requests' shapes (estimated prompt tokens, max_tokens,
+    turns, tools, stream: numbers only, never text) at ``/gateway/shapes`` for
+    ``supervisor calibrate --profiles fleet``. 0: none kept."""
     max_resumes_per_request: Annotated[int, Field(ge=0)] = 2
     """Crashes one stream may be carried across; the next ends it with an error event."""
 

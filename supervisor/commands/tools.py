@@ -65,6 +65,9 @@ def calibrate(args: argparse.Namespace) -> int:
         except KeyError as exc:
             print(f"error: no mode or profile {exc} in {args.policy}", file=sys.stderr)
             return EXIT_USAGE
+        except ValueError as exc:          # the fleet profile without its opt-in
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     return EXIT_OK
 
 

@@ -154,6 +154,12 @@ def _gateway_api(gw: Gateway) -> FastAPI:
         """The gateway is up (whatever the engine's state)."""
         return {"status": "ok", "engine_ready": gw.ready}
 
+    @app.get("/gateway/shapes")
+    async def shapes() -> dict[str, Any]:
+        """The recent requests' shapes (numbers only), if the policy opted in."""
+        kept = gw.quality.shapes
+        return {"enabled": bool(kept.maxlen), "shapes": list(kept)}
+
     @app.get("/gateway/status")
     async def status() -> dict[str, Any]:
         """Mode, limits in force and load."""

@@ -29,7 +29,9 @@ Three things the engine's own metrics cannot say:
    guard takes a rise as corrupted output. Each stream is counted once.
 
 Privacy: prompts and answers are read in memory while the request lasts; only numbers
-leave this module (the log names the unit's length and count, never its text).
+leave this module (the log names the unit's length and count, never its text). With
+``gateway.sample_request_shapes`` (opt-in, default 0) the last N requests' shapes are kept
+for ``supervisor calibrate --profiles fleet``: lengths and counts only, never text.
 """
 
 from __future__ import annotations
@@ -38,15 +40,15 @@ import hashlib
 import json
 import logging
 import re
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from supervisor.gateway.prompt import BYTES_PER_TOKEN
+from supervisor.gateway.prompt import BYTES_PER_TOKEN, estimate_tokens
 
 __all__ = ["BLOCK_CHARS", "MAX_UNIT_CHARS", "PROMPT_UNIT_REPEATS", "AnswerWatch", "Quality",
-           "RepeatRun", "agent_label", "answer_problem", "prompt_text"]
+           "RepeatRun", "agent_label", "answer_problem", "prompt_text", "request_shape"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +91,18 @@ def prompt_text(body: dict[str, Any]) -> str:
         elif isinstance(value, list):
             parts.append(json.dumps(value))
     return "\n".join(parts)
+
+
+def request_shape(body: dict[str, Any]) -> dict[str, Any]:
+    """A request's shape, never its text: estimated prompt tokens, the answer length it
+    asks for, turns, whether it carries tools and streams (for ``calibrate``'s fleet
+    profile)."""
+    messages = body.get("messages")
+    asked = body.get("max_tokens", body.get("max_completion_tokens"))
+    return {"prompt_tokens": estimate_tokens(body),
+            "max_tokens": asked if isinstance(asked, int) else None,
+            "turns": len(messages) if isinstance(messages, list) else 1,
+            "tools": bool(body.get("tools")), "stream": bool(body.get("stream"))}
 
 
 class PrefixMemory:
@@ -201,8 +215,12 @@ class Quality:
     ``supervisor_gateway_degenerate_streams_total{agent}`` and
     ``supervisor_gateway_repeated_prefix_tokens_total``."""
 
-    def __init__(self, registry: CollectorRegistry, *, repeat_units: int) -> None:
+    def __init__(self, registry: CollectorRegistry, *, repeat_units: int,
+                 keep_shapes: int = 0) -> None:
         self.repeat_units = repeat_units
+        self.shapes: deque[dict[str, Any]] = deque(maxlen=keep_shapes or None)
+        """The last ``gateway.sample_request_shapes`` requests' shapes (numbers only:
+        prompt tokens, max_tokens, turns, tools, stream); empty when not opted in."""
         self.prefixes = PrefixMemory()
         self.parser_errors_total = 0
         self.degenerate_streams_total = 0
@@ -223,9 +241,16 @@ class Quality:
             "Prompt tokens (estimated) that repeat an earlier request's prefix.",
             registry=registry)
 
+    def keep(self, shapes: int) -> None:
+        """Keep the last ``shapes`` request shapes from now on (0: none)."""
+        if (self.shapes.maxlen or 0) != shapes:
+            self.shapes = deque(self.shapes if shapes else (), maxlen=shapes or None)
+
     def request(self, body: dict[str, Any]) -> str:
         """Count the repeated prefix of an admitted request; returns its prompt text."""
         text = prompt_text(body)
+        if self.shapes.maxlen:
+            self.shapes.append(request_shape(body))
         tokens = self.prefixes.observe(text) // BYTES_PER_TOKEN
         if tokens:
             self.repeated_prefix_tokens_total += tokens

@@ -64,7 +64,8 @@ class Gateway:
         self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
-        self.quality = Quality(registry, repeat_units=self.spec.degenerate_repeat_units)
+        self.quality = Quality(registry, repeat_units=self.spec.degenerate_repeat_units,
+                               keep_shapes=self.spec.sample_request_shapes)
         self.epoch = 0
         """Bumped at every hold: a request that started in an older epoch met a switch."""
         self._ready = asyncio.Event()
@@ -137,6 +138,7 @@ class Gateway:
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
         self.quality.repeat_units = self.spec.degenerate_repeat_units
+        self.quality.keep(self.spec.sample_request_shapes)
         self.admission.shed_factor = policy.hysteresis.shed_factor
         self.admission.hold_timeout_seconds = self.spec.hold_timeout_seconds
         self.admission.max_held = self.spec.max_held_requests

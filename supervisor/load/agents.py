@@ -81,10 +81,12 @@ class AgentLoad:
             if not record.ok:
                 await asyncio.sleep(0.5)
                 continue
+            if not follow or \
+                    record.prompt_tokens + 2 * max_tokens + 64 > self.context_limit_tokens:
+                history = [{"role": "user", "content": rng.choice(asks)}]   # a new session
+                continue
             history += [{"role": "assistant", "content": answer},
                         {"role": "user", "content": rng.choice(follow)}]
-            if record.prompt_tokens + 2 * max_tokens + 64 > self.context_limit_tokens:
-                history = [{"role": "user", "content": rng.choice(asks)}]
 
     async def _one(self, client: httpx.AsyncClient, history: list[dict],
                    max_tokens: int) -> tuple[RequestRecord, str]:

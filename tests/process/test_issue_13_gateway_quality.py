@@ -103,3 +103,38 @@ async def test_a_multi_turn_agent_repeats_its_prefix_distinct_prompts_do_not(
         # Turns 2 and 3 each resend at least the ~1,300-character system prompt.
         assert repeated >= 2 * 256 * 5 // 4
         assert rig.metric("supervisor_gateway_repeated_prefix_tokens_total") == repeated
+
+
+async def test_request_shapes_only_where_opted_in_and_never_text(tmp_path: Path) -> None:
+    import asyncio
+
+    import pytest
+
+    from supervisor.load.fleet_shapes import fetch_shapes, fleet_profile
+    secret = "the customer's password is hunter2"
+    async with Rig(tmp_path / "off", modes=MODES) as rig:
+        async with httpx.AsyncClient(timeout=30) as c:
+            await c.post(rig.url + "/v1/chat/completions", json=chat(secret))
+            assert (await c.get(rig.url + "/gateway/shapes")).json() == {
+                "enabled": False, "shapes": []}
+        with pytest.raises(ValueError, match=r"gateway\.sample_request_shapes"):
+            await asyncio.to_thread(fetch_shapes, rig.policy)
+    async with Rig(tmp_path / "on", modes=MODES,
+                   gateway={"sample_request_shapes": 2}) as rig:
+        async with httpx.AsyncClient(timeout=30) as c:
+            for n in (1, 2, 3):
+                body = {"model": "fake-model", "max_tokens": 100 * n, "messages": [
+                    {"role": "user", "content": secret * n * 10}]}
+                assert (await c.post(rig.url + "/v1/chat/completions",
+                                     json=body)).status_code == 200
+            raw = (await c.get(rig.url + "/gateway/shapes")).text
+        assert "hunter2" not in raw and "password" not in raw
+        shapes = await asyncio.to_thread(fetch_shapes, rig.policy)
+        assert [s["max_tokens"] for s in shapes] == [200, 300]       # the last 2 kept
+        assert shapes[1]["prompt_tokens"] > shapes[0]["prompt_tokens"] > 100
+        profile = fleet_profile(shapes, context_tokens=4096)
+        assert profile.name == "fleet" and profile.max_tokens == 250
+        assert "hunter2" not in profile.asks[0] and profile.follow_ups == ()
+        words = len(profile.asks[0].split())
+        median = (shapes[0]["prompt_tokens"] + shapes[1]["prompt_tokens"]) // 2
+        assert abs(words - median * 3 // 4) <= 1
