@@ -1,0 +1,23 @@
+"""README's table of issue 13's kinds names every kind of the field-case library's
+serving-engine kinds, each row with its evidence, its response and its negative control."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT
+from tests.property.test_field_case_properties import KINDS
+
+
+def test_issue_13_readme_guard_table_lists_every_kind_with_four_columns() -> None:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("### Every kind of a serving engine")
+    table = text[start:text.index("\n### ", start + 10)]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert len(cells) == 4 and all(cells), f"a row without all four columns: {row[:80]}"
+    named = " ".join(r.split(" | ")[0] for r in rows)
+    # memory_floor (issue 13 made its NV_ERR_NO_MEMORY path stricter) has its row in the
+    # guard table above this one.
+    missing = sorted(k for k in KINDS - {"memory_floor"} if f"`{k}`" not in named)
+    assert not missing, f"README's table lacks rows for {missing}"
+    assert "| `memory_floor` |" in text
