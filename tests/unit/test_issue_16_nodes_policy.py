@@ -107,3 +107,15 @@ def test_issue_16_agent_token_from_file_or_environment(tmp_path) -> None:
     q = load_policy(yaml.safe_dump(_data()), base_dir=tmp_path)
     assert agent_token(q, {"SUPERVISOR_AGENT_TOKEN": "from-env"}) == "from-env"
     assert agent_token(q, {}) is None
+
+
+@pytest.mark.parametrize(("case", "check"), [("clock_off_holds_the_start", "clocks"),
+                                             ("agent_down_holds_the_start", "agent_answers")])
+def test_issue_16_preflight_names_the_check_that_failed(case: str, check: str) -> None:
+    from tests.helpers.field_cases import FIELD, load_case, play_case
+
+    steps = play_case(load_case(FIELD / "preflight_failed" / f"{case}.yaml"))
+    held = [f for _, d in steps for f in d.findings if f.kind == "preflight_failed"]
+    assert held and all(f.evidence["check"] == check for f in held)
+    assert held[0].evidence["node"] == "spark-2" and "start held" in held[0].summary
+    assert all(d.action == "hold" for _, d in steps)
