@@ -238,7 +238,8 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int) -> Non
               f"{(p99 - d99) * 1e3:8.2f} {r:8.1f} {r / d_rps:6.3f} {t:12.1f} {t / d_tps:6.3f} "
               f"{statistics.median(ttft[n]) * 1e3:8.1f}")
     print(f"\n{rounds} short requests per path (interleaved), 3 x {seconds:g} s of 8 clients, "
-          f"{streams} streams of 400 tokens; engine on core 0, proxies and client on core 1.")
+          f"{streams} streams of 400 tokens; proxies and client on core 1, the engine binds "
+          "its worker itself.")
 
 
 def main() -> int:
