@@ -7,6 +7,7 @@ Fixtures: tests/fixtures/llamacpp/0.3.36/README.md says how each was captured.
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from supervisor.engine_flags import flag_rules
 from supervisor.errors import PolicyError
 from supervisor.policy import build_argv, load_policy, load_policy_file
 from supervisor.sense.engine_log import classify_engine_line
+from supervisor.sense.engine_metrics import parse_metrics
 from supervisor.sense.profiles import profile_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,3 +132,36 @@ def test_llama_cpp_lines_get_their_tag(line: str, tag: str) -> None:
                          .read_text().splitlines())
 def test_llama_cpp_benign_lines_get_no_tag(line: str) -> None:
     assert classify_engine_line(line) == ()
+
+
+def test_the_recorded_llama_server_scrape_read_with_its_aliases() -> None:
+    profile = profile_for("llama_cpp")
+    values = parse_metrics((LLAMA / "metrics.txt").read_text(), table=profile.metrics,
+                           per_position=profile.per_position_metric)
+    assert values == {
+        "requests_running": 0.0, "requests_waiting": 0.0, "kv_cache_usage_ratio": None,
+        "prompt_tokens_total": 19.0, "generation_tokens_total": 96.0,
+        "iteration_tokens_count_total": 36.0, "spec_decode_num_drafts_total": 33.0,
+        "spec_decode_num_draft_tokens_total": 132.0,
+        "spec_decode_num_accepted_tokens_total": 60.0,
+        "spec_decode_accepted_per_position_total": (33.0, 9.0, 9.0, 9.0),
+    }
+    # vLLM's names are not there: every vLLM concept is unknown, never 0.
+    vllm = parse_metrics((LLAMA / "metrics.txt").read_text())
+    assert all(v is None for v in vllm.values())
+
+
+def test_the_recorded_slots_say_speculative_per_slot() -> None:
+    slots = json.loads((LLAMA / "slots.json").read_text())
+    assert [s["speculative"] for s in slots] == [True] * 4
+    assert {s["n_ctx"] for s in slots} == {1024}          # --ctx-size 4096 over 4 slots
+
+
+def test_the_recorded_llama_server_logs_are_classified() -> None:
+    run = (LLAMA / "server-draft4.log").read_text().splitlines()
+    assert [line for line in run if classify_engine_line(line)] == []
+    bad = (LLAMA / "start-bad-flag.txt").read_text().splitlines()
+    assert [classify_engine_line(line) for line in bad if classify_engine_line(line)] == [
+        ("bad_argument:--bogus-flag",)]
+    missing = (LLAMA / "start-missing-model.txt").read_text().splitlines()
+    assert {t for line in missing for t in classify_engine_line(line)} == {"model_not_found"}
