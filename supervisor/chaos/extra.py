@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 
 from supervisor.chaos.harness import Result, Rig
@@ -47,11 +48,20 @@ def start_failure_loop(base: Path) -> Result:
 
 
 def preemption_storm(base: Path) -> Result:
-    """A tiny KV cache, long prompts, many sessions: preemptions pile up; the guard
-    sheds the gateway's limits, then (the storm going on 20 s later) steps down to
-    fewer sequences."""
+    """A tiny KV cache in small blocks, many sessions, long answers: preemptions pile up;
+    the guard sheds the gateway's limits, then (the storm going on 20 s later) steps down
+    to fewer sequences.
+
+    Three earlier tries with 90% long prompts (the CPU backend's 128-token blocks) made 16
+    preemptions per ~80,000 tokens: a long prompt takes most of the cache, so few requests
+    run at once and a running request rarely lacks a block. What thrashes is many running
+    requests that all grow: 32-token blocks (``--block-size 32``, the smallest the CPU
+    attention backend takes: "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])")
+    make each one ask for a new block every 32 tokens, and vLLM's V1 scheduler preempts
+    the newest running request (recompute) whenever one cannot get it
+    (vllm/v1/core/sched/scheduler.py)."""
     res = Result("preemption storm (tiny KV cache)",
-                 notes="--kv-cache-memory-bytes 6e5, no prefix caching")
+                 notes="--kv-cache-memory-bytes 6e5, --block-size 32, no prefix caching")
     rig = Rig(base / "storm", guards={"preemption_storm": {
         "preemptions_per_1k_tokens": 1.0, "min_preemptions": 5, "sustain_seconds": 20,
         "throughput_drop_ratio": 0.1}},
@@ -62,6 +72,7 @@ def preemption_storm(base: Path) -> Result:
     # Prefix caching softens preemption (a re-admitted request hits its own blocks): off,
     # so the tiny cache thrashes as the field reports describe.
     rig.data["modes"][0]["args"]["--no-enable-prefix-caching"] = True
+    rig.data["modes"][0]["args"]["--block-size"] = 32
     rig.data["guards"]["engine_hung"]["stall_seconds"] = 120
     rig.policy_path.write_text(yaml.safe_dump(rig.data, sort_keys=False))
     try:
@@ -70,27 +81,56 @@ def preemption_storm(base: Path) -> Result:
         rig.start_fleet(sessions=2, max_tokens=128)
         time.sleep(45)                               # light load: the throughput to lose
         t0 = time.time()
-        rig.start_fleet(sessions=24, max_tokens=384, long_prompt_probability=0.9)
+        before = _engine_counters(rig)
+        rig.start_fleet(sessions=24, max_tokens=384, long_prompt_probability=0.3)
         try:
             inc = rig.wait("preemption storm step down", lambda: next(
                 (i for i in rig.incidents() if i.kind == "preemption_storm"
                  and i.action == "step_down"), None), timeout=200)
         except AssertionError:
             res.notes += "; no step down within 200 s (see the evidence in the trace)"
+            res.extra["engine_counters"] = _storm_counters(before, _engine_counters(rig),
+                                                           time.time() - t0)
             return res
+        counters = _storm_counters(before, _engine_counters(rig), time.time() - t0)
         res.extra["shed_first"] = any(i.kind == "preemption_storm" and i.action == "shed"
                                       for i in rig.incidents())
         res.incident, res.action = inc.kind, inc.action
         res.detected_seconds = inc.started_at.timestamp() - t0
         run = rig.ready_run(after=inc.started_at.timestamp())
         res.serving_again_seconds = run.ready_at.timestamp() - t0
-        res.extra = {"evidence": inc.findings[0]["evidence"], "new_mode": run.mode}
+        res.extra = {"evidence": inc.findings[0]["evidence"], "new_mode": run.mode,
+                     "shed_first": res.extra["shed_first"], "engine_counters": counters}
         res.requests_failed, res.requests_total = rig.failed_between(
             t0, run.ready_at.timestamp() + 3)
         res.ok = run.mode == "plain4"
     finally:
         rig.close()
     return res
+
+
+def _engine_counters(rig: Rig) -> dict[str, float]:
+    """vLLM's preemption and generation counters, read from the engine itself."""
+    url = f"http://127.0.0.1:{rig.data['engine']['port']}/metrics"
+    try:
+        text = httpx.get(url, timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for name in ("vllm:num_preemptions_total", "vllm:generation_tokens_total"):
+        out[name] = sum(float(line.split()[-1]) for line in text.splitlines()
+                        if line.startswith(name))
+    return out
+
+
+def _storm_counters(before: dict[str, float], after: dict[str, float],
+                    seconds: float) -> dict[str, float]:
+    """Preemptions and generated tokens over the storm, and preemptions per 1,000."""
+    pre = after.get("vllm:num_preemptions_total", 0) - before.get("vllm:num_preemptions_total", 0)
+    gen = after.get("vllm:generation_tokens_total", 0) - before.get(
+        "vllm:generation_tokens_total", 0)
+    return {"seconds": round(seconds, 1), "preemptions": pre, "generated_tokens": gen,
+            "preemptions_per_1k_tokens": round(1000 * pre / gen, 2) if gen else None}
 
 
 def database_away(base: Path) -> Result:
