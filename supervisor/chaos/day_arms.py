@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
-from supervisor.act.engine_env import engine_environment
+from supervisor.act.engine_env import engine_environment, make_run_tmp_dir
 from supervisor.act.processes import (
     ENGINE_SCHEDULING,
     group_members,
@@ -92,8 +91,14 @@ class RestartLoop:
                                    f"see {self.state / 'logs'}")
             time.sleep(0.2)
 
+    def tmp_dir(self, n: int) -> Path:
+        """Run ``n``'s private TMPDIR, made as the supervisor makes one: under
+        ``<state>/tmp`` when that is short enough for vLLM's IPC socket paths (107
+        bytes), else under $TMPDIR (a pytest tmp_path is too long)."""
+        return make_run_tmp_dir(self.policy, f"{time.strftime('%Y%m%dT%H%M%S')}-{n:04d}")
+
     def _spawn(self, n: int) -> tuple[subprocess.Popen[bytes], Path]:
-        tmp = Path(tempfile.mkdtemp(prefix=f"run{n}-", dir=self.state))
+        tmp = self.tmp_dir(n)
         env = engine_environment(self.policy, tmp)
         with open(self.state / "logs" / f"engine-{n}.log", "ab") as log:
             proc = subprocess.Popen(

@@ -86,3 +86,22 @@ def test_acceptance_and_table_compare_the_supervised_arm_with_both() -> None:
     assert row.split()[-5:] == ["10", "8", "12", "1.20", "1.50"]
     failed = next(line for line in table.splitlines() if line.startswith("tasks failed"))
     assert failed.split()[-2:] == ["0.00", "0.00"]
+
+
+def test_the_restart_loop_makes_tmpdirs_short_enough_for_vllm(tmp_path) -> None:
+    """vLLM binds IPC sockets under TMPDIR (107-byte limit): a deep state directory (a
+    pytest tmp_path) falls back to $TMPDIR, as the supervisor's own launcher does."""
+    from supervisor.chaos.day import overrides
+    from supervisor.chaos.day_arms import RestartLoop, write_policy
+    from supervisor.chaos.harness import chaos_policy
+
+    deep = tmp_path / ("x" * 60) / "always-fast"
+    deep.mkdir(parents=True)
+    policy = write_policy(deep, chaos_policy(deep, **overrides(short_day(1), 2 << 30,
+                                                               deep / "armed")))
+    tmp = RestartLoop(policy, 0, deep).tmp_dir(3)
+    try:
+        assert len(str(tmp)) + 1 + 36 + 1 <= 107         # a vLLM socket: TMPDIR/<uuid4>
+        assert tmp.is_dir() and oct(tmp.stat().st_mode & 0o777) == "0o700"
+    finally:
+        tmp.rmdir()
