@@ -7,15 +7,23 @@ nospec -> safe) goes through the failure modes in order, each leaving the engine
 1. the server killed (SIGKILL) -> restart of the same rung;
 2. the server's main thread frozen (cgroup v1 freezer on that thread alone) -> decoding
    stops while /health (and here /slots, /metrics) answer, the canary times out -> hang
-   verdict; a hang is SIGKILLed at once (no SIGTERM).
+   verdict; a hang is SIGKILLed at once (no SIGTERM);
+3. the whole process SIGSTOPped -> /slots unanswered (``engine_loop_answered`` False),
+   /health too -> hang verdict;
+4. a planned stop (step down) of a server that cannot act on SIGTERM (SIGSTOPped, the
+   signal pending) -> SIGKILL after stop_grace_seconds, ``sigterm_ignored`` recorded;
+5. a GGML_ASSERT abort in the n-gram rung -> the first rung without speculation.
+   Scripted: the test appends the assert line of a field report (spiritbuun/buun-llama-cpp
+   #74) to the run's log (where the server's stderr goes, O_APPEND) and sends the real
+   server SIGABRT, which is what ggml_abort() does after printing it;
+6. the memory floor: a balloon takes MemAvailable under the floor -> kill now.
 
-The SIGSTOP wedge (/slots unanswered), SIGTERM-ignored escalation, the GGML_ASSERT step to
-no speculation, the memory floor and the bad flag on the real binary are issue 15's
-remaining real-binary tests (NOTES): their decisions are covered by the field cases.
+A start with a flag the binary does not know ends after one attempt, the flag named.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -26,14 +34,24 @@ from pathlib import Path
 import psutil
 import pytest
 
+from supervisor.act.launcher import EngineLauncher
 from supervisor.chaos import scenarios
 from supervisor.chaos.harness import ROOT, Rig
+from supervisor.decide.decide import decide
+from supervisor.decide.decision import Action
+from supervisor.decide.ladder import LadderState
+from supervisor.policy import load_policy
+from supervisor.sense.collect import Sensors
+from supervisor.states import EngineState
+from supervisor.telemetry.window import Window
 from tests.helpers.freezer import Freezer
 
 LLAMACPP = ROOT / ".llamacpp"
 SERVER = LLAMACPP / "bin" / "llama-server"
 GiB = 1024**3
-
+#: The field report's line (spiritbuun/buun-llama-cpp#74), verbatim.
+ASSERT_LINE = ('common/sampling.cpp:635: GGML_ASSERT(idxs.size() == draft.size() + 1 && '
+               '"idxs.size() must be draft.size() + 1") failed')
 
 
 def llama_overrides(state: Path, **more: object) -> dict:
@@ -99,9 +117,15 @@ def test_llamacpp_1_killed_server_restarts(rig: Rig) -> None:
     assert rig.runs()[-1].mode == "draft4"
 
 
+def _escalations(rig: Rig) -> int:
+    """The launcher's 'still running ... after SIGTERM (sigterm ignored)' lines so far."""
+    return (rig.state / "supervisor.log").read_text(errors="replace").count("(sigterm ignored)")
+
+
 def _wedge(rig: Rig, inject, release) -> tuple:
     """Inject a wedge under the fleet; wait for the hang verdict, release, see it serve."""
-    run = rig.ready_run()
+    time.sleep(1.0)                     # an earlier scenario's incident is older than t0
+    run = [r for r in rig.runs() if r.ready_at is not None][-1]
     time.sleep(max(0.0, 4 - (time.time() - run.ready_at.timestamp())))
     pid = rig.engine_pid()
     t0 = time.time()
@@ -131,3 +155,91 @@ def test_llamacpp_2_frozen_main_thread_is_a_hang_with_health_ok(rig: Rig) -> Non
     assert evidence["canary_ok"] is False
     assert evidence["flat_seconds"] >= evidence["stall_seconds"]
     assert new.ready_at is not None and new.mode == "draft4"
+
+
+def test_llamacpp_3_sigstopped_server_is_a_hang(rig: Rig) -> None:
+    inc, new, t0 = _wedge(rig, lambda pid: os.kill(pid, signal.SIGSTOP), lambda pid: None)
+    evidence = next(f["evidence"] for f in inc.findings if f["kind"] == "engine_hung")
+    print(f"\nSIGSTOP: verdict after {inc.started_at.timestamp() - t0:.1f} s, {evidence}")
+    assert evidence["engine_loop_answered"] is False and evidence["canary_ok"] is False
+    assert evidence["health_status"] is None           # a stopped process answers nothing
+    assert new.ready_at is not None
+
+
+def test_llamacpp_4_sigterm_ignored_escalates_to_sigkill(rig: Rig) -> None:
+    """A planned stop (the operator's step down) of a server that cannot act on SIGTERM
+    (SIGSTOPped: the signal stays pending) -> SIGKILL after stop_grace_seconds, recorded."""
+    rig.stop_fleet()                 # nothing in flight: the gateway's drain ends at once
+    run = [r for r in rig.runs() if r.ready_at is not None][-1]
+    escalations = _escalations(rig)
+    t0 = time.time()
+    os.kill(run.pid, signal.SIGSTOP)
+    rig.action("step-down")
+    rig.wait("SIGKILL escalation", lambda: _escalations(rig) > escalations)
+    new = rig.ready_run(after=t0)
+    rig.start_fleet(sessions=4)
+    old = next(r for r in rig.runs() if r.run_id == run.run_id)
+    print(f"\nSIGTERM ignored: {old.mode} -> {new.mode}, sigterm_ignored {old.sigterm_ignored}")
+    assert old.sigterm_ignored is True and old.planned_stop is True
+    assert new.mode == "ngram" and Rig.group_gone(run.pid)
+
+
+def test_llamacpp_5_ggml_assert_with_speculation_steps_to_no_speculation(rig: Rig) -> None:
+    run = [r for r in rig.runs() if r.ready_at is not None][-1]
+    assert run.mode == "ngram"              # speculative (n-gram), after the step down
+    t0 = time.time()
+    with open(run.log_path, "a") as log:
+        log.write(ASSERT_LINE + "\n")
+    time.sleep(1.5)                          # the tail reads it at the next tick
+    os.kill(run.pid, signal.SIGABRT)
+    inc = scenarios._incident(rig, ("exited",), t0)
+    new = rig.ready_run(after=t0)
+    print(f"\nassert: {inc.kind} -> {inc.action}, new run {new.mode}")
+    assert new.mode == "nospec"
+    assert inc.findings[0]["evidence"]["speculative_signatures"] == ["ggml_assert"]
+    assert inc.findings[0]["evidence"]["exit_signal"] == signal.SIGABRT
+
+
+def test_llamacpp_6_memory_floor_kills_the_server(rig: Rig) -> None:
+    res = scenarios.memory_floor(rig)
+    print(f"\nmemory floor: {res}")
+    assert res.incident == "memory_floor" and res.action == "kill_now"
+    assert res.extra.get("group_gone_after_decision_seconds", 0) <= 1.0
+
+
+def test_llamacpp_bad_flag_ends_after_one_attempt_with_the_flag_named(tmp_path: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "policies" / "cpu-demo-llamacpp.yaml").read_text())
+    data["engine"]["working_directory"] = str(ROOT)
+    data["engine"]["args"] += ["--bogus-flag", "3"]
+    data["storage"] = {"state_directory": str(tmp_path / "state")}
+    from tests.conftest import free_port
+    data["engine"]["port"] = free_port()
+    policy = load_policy(yaml.safe_dump(data), base_dir=ROOT / "policies")
+
+    async def go() -> None:
+        launcher, sensors = EngineLauncher(policy), Sensors(policy)
+        await sensors.start()
+        run = await launcher.start(rung=2)
+        try:
+            deadline = time.monotonic() + 60
+            while launcher.state is EngineState.STARTING:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            assert launcher.state is EngineState.CRASHED
+            await asyncio.sleep(0.2)
+            window = Window(600)
+            sample = await sensors.sample(now_s=time.monotonic(), status=launcher.status(),
+                                          window=window, leftovers=launcher.leftovers(),
+                                          log_lines=run.log_tail.poll() if run.log_tail else [])
+            window.append(sample)
+            assert "bad_argument:--bogus-flag" in sample.engine_log_tags
+            d = decide(window, LadderState(rung=2), policy, sample.t_s)
+            assert d.action is Action.GIVE_UP and "--bogus-flag" in d.explanation
+        finally:
+            await launcher.kill(reason="clear")
+            await sensors.close()
+            await launcher.close()
+
+    asyncio.run(go())
