@@ -83,7 +83,8 @@ from supervisor.telemetry.node_sample import NodeSample
 from supervisor.telemetry.sample import Sample
 from supervisor.telemetry.window import Window
 
-__all__ = ["FIELD", "FieldCase", "all_cases", "build_samples", "first_action", "load_case",
+__all__ = ["FIELD", "FieldCase", "all_cases", "build_samples", "case_samples", "first_action",
+           "load_case",
            "play_case"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,6 +212,15 @@ def build_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> 
     return out
 
 
+def case_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> list[Sample]:
+    """``build_samples`` with each sample's raw log and kernel lines classified by today's
+    classifiers (``supervisor.sense.reclassify``), as a case is played.
+
+    Raises: ValueError as ``build_samples``.
+    """
+    return [reclassify(x) for x in build_samples(segments, source=source)]
+
+
 def load_case(path: Path) -> FieldCase:
     """Load and build one case file.
 
@@ -229,7 +239,7 @@ def load_case(path: Path) -> FieldCase:
     policy = _policy(raw.get("policy") or {}, name, base_file)
     ladder_fields = dict(raw.get("ladder") or {})
     ladder_fields.setdefault("rung", 0)
-    samples = [reclassify(x) for x in build_samples(raw["segments"], source=name)]
+    samples = case_samples(raw["segments"], source=name)
     ladder_fields.setdefault("since_s", samples[0].t_s if samples else 0.0)
     ladder = LadderState(**{k: _tuple(v) for k, v in ladder_fields.items()})
     baselines = {m: [tuple(b) for b in v] for m, v in (raw.get("baselines") or {}).items()}
