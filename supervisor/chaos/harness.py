@@ -214,10 +214,13 @@ class Rig:
             return f"(unreadable: {exc})"
         return "\n".join(text.splitlines()[-lines:])
 
-    def ready_run(self, after: float = 0.0) -> Any:
-        """Wait for an engine run started after ``after`` (epoch s) to be ready."""
+    def ready_run(self, after: float = 0.0, besides: str | None = None) -> Any:
+        """Wait for an engine run started after ``after`` (epoch s, 0.5 s of slack) to be
+        ready; ``besides``: a run id that does not count (the run a scenario just killed:
+        llama-server is ready 0.1-0.7 s after its spawn, inside the slack)."""
         def check():
-            runs = [r for r in self.runs() if r.started_at.timestamp() >= after - 0.5]
+            runs = [r for r in self.runs() if r.started_at.timestamp() >= after - 0.5
+                    and r.run_id != besides]
             return next((r for r in runs if r.ready_at is not None), None)
         return self.wait("a ready engine", check)
 

@@ -193,9 +193,9 @@ def test_llamacpp_5_ggml_assert_with_speculation_steps_to_no_speculation(rig: Ri
     time.sleep(1.5)                          # the tail reads it at the next tick
     os.kill(run.pid, signal.SIGABRT)
     inc = scenarios._incident(rig, ("exited",), t0)
-    new = rig.ready_run(after=t0)
-    print(f"\nassert: {inc.kind} -> {inc.action}, new run {new.mode}")
-    assert new.mode == "nospec"
+    new = rig.ready_run(after=t0, besides=run.run_id)
+    print(f"\nassert: {inc.kind} -> {inc.action}, new run {new.mode}: {inc.explanation}")
+    assert new.mode == "nospec", inc.explanation
     assert inc.findings[0]["evidence"]["speculative_signatures"] == ["ggml_assert"]
     assert inc.findings[0]["evidence"]["exit_signal"] == signal.SIGABRT
 
