@@ -73,6 +73,12 @@ class MemoryFloorGuard(_Model):
     consecutive_samples: Annotated[int, Field(ge=1)] = 2
     """Two: one low reading can be a transient page-cache swing; two in a row at a 1 s
     tick still act within ~2 s."""
+    start_margin_bytes: Annotated[int, Field(ge=0)] = GiB
+    """While no engine runs, MemAvailable under the floor holds the next start (something
+    else holds the memory: a start would only be killed again); once it was under, the
+    start waits for the floor plus this margin, so one reading just above the floor does
+    not launch an engine into it. 1 GiB: above an idle box's page-cache swing, a sixth of
+    the default floor."""
 
 
 class MemoryForecastGuard(_Model):

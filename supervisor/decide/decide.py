@@ -10,16 +10,16 @@ Order of precedence (DESIGN.md, "Guards"):
    corrected start can fix retries with the mode's next start-up fallback (bounded per
    start); a bad argument or a missing model goes to a rung without the flag, else gives
    up;
-1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down; while the
-   engine is stopped, hold its start;
+1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down;
 2. critical (dead, hung, corrupted output): restart with backoff; the start limit steps
    down, and in a speculative mode (every crash it counts ran with speculation on: crash
    times are kept per rung) to the first rung without speculation; a crash or hang with a
    speculative-decoding signature goes there at once; a hang on a huge prompt goes to the
    first rung with a context cap below it; a crash during probation steps back down and
    bars the rung;
-3. the engine is stopped: start it when the backoff allows, memory is back and no
-   process of the old group is left; a reloaded policy that
+3. the engine is stopped: start it when the backoff allows, memory is back (over the
+   memory floor plus its margin, and what the last run took returned) and no process of
+   the old group is left; a reloaded policy that
    changed the running mode's arguments: drain and restart;
 4. warnings: instant levers first where one helps (shed the gateway's limits: heat,
    throttling, a preemption storm, the load budget), then a graceful step down, within
@@ -150,10 +150,7 @@ def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:
         return None
     s, ladder = sit.latest, sit.ladder
     if s is None or s.engine_state not in (EngineState.STARTING, EngineState.READY):
-        if s is not None and s.engine_state is EngineState.STOPPED:
-            return Decision(Action.HOLD, ladder.rung, f"{em[0].summary}: not starting the "
-                            "engine until memory recovers", tuple(findings))
-        return None
+        return None       # nothing to kill; a stopped engine's start is held (_stopped)
     target = min(ladder.rung + 1, len(sit.policy.modes) - 1)
     where = (f"start {_name(sit, target)}" if target != ladder.rung
              else f"restart {_name(sit, target)} (already the safest rung)")

@@ -48,7 +48,8 @@ COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "iteration_tokens_
 #: their own closed-loop scenarios; their start-up traces are not cadence-free).
 KINDS = frozenset({
     "agent_parser_errors", "corrupted_output", "engine_hang_suspected", "engine_hung",
-    "exited", "memory_creep", "memory_floor", "platform_low_power_state", "preemption_storm",
+    "exited", "memory_creep", "memory_floor", "memory_floor_start_held",
+    "platform_low_power_state", "preemption_storm",
     "sample_gap_memory", "soc_hot", "spec_acceptance_anomaly", "spec_degraded",
     "spec_launch_lottery", "spec_prefix_cache_defeated", "spec_slower_than_plain",
     "spec_structured_output", "telemetry_degraded"})

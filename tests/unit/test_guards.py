@@ -8,7 +8,7 @@ from supervisor.decide.decision import Action
 from supervisor.decide.findings import Severity
 from supervisor.decide.ladder import LadderState
 from supervisor.states import EngineState
-from tests.unit.scenario import GiB, decide_on, samples
+from tests.unit.scenario import GiB, decide_on, play, samples
 
 
 def kinds(d):
@@ -111,7 +111,52 @@ def test_stopped_engine_is_not_started_while_memory_is_at_the_floor() -> None:
     trace = samples(0, 3, engine_state=EngineState.STOPPED, mem_available_bytes=GiB,
                     run=None)
     d = decide_on(trace)
-    assert d.action is Action.HOLD and "not starting the engine" in d.explanation
+    assert d.action is Action.HOLD
+    assert d.explanation.startswith("engine stopped: start of mode mtp2 held: MemAvailable "
+                                    "1.00 GiB under the floor of 2.00 GiB with no engine "
+                                    "running: something else holds the memory")
+    (f,) = [f for f in d.findings if f.kind == "memory_floor_start_held"]
+    assert f.severity is Severity.WARNING and f.evidence["resume_at_bytes"] == 3 * GiB
+
+
+def floor_kill_then_stopped(avail_after: int, *, event_tick_s: float = 0.2):
+    """Killed by the floor at 11 s; the stopped state read ``event_tick_s`` later (the
+    launcher's event tick) and then every second, at ``avail_after``; a co-tenant's RSS
+    grew 20 GiB since the launch."""
+    run = samples(0, 10, mem_available_bytes=8 * GiB) + samples(
+        10.5, 11, dt=0.5, mem_available_bytes=GiB)
+    stop = 11 + event_tick_s
+    after = samples(stop, stop + 20, engine_state=EngineState.STOPPED,
+                    engine_state_since_s=stop, mem_available_bytes=avail_after,
+                    processes_rss_bytes=30 * GiB, processes_rss_before_launch_bytes=10 * GiB)
+    return run + after
+
+
+def test_floor_kill_with_the_memory_still_held_holds_every_start() -> None:
+    """Before: the event tick 0.2 s after the kill saw one reading of the dip (two
+    readings 0.2 s apart count as one) and started the next engine, which the floor killed
+    again, rung after rung."""
+    decisions, ladder = play(floor_kill_then_stopped(GiB), LadderState(0))
+    acts = [d.action for d in decisions if d.action is not Action.HOLD]
+    assert acts == [Action.KILL_NOW] and ladder.rung == 1
+    held = decisions[-1]
+    assert "other processes grew by 20.0 GiB since the last launch" in held.explanation
+    assert "the start waits until MemAvailable is over 3.00 GiB" in held.explanation
+
+
+def test_after_a_floor_kill_the_start_waits_for_the_margin_above_the_floor() -> None:
+    just_over = decide_on(floor_kill_then_stopped(int(2.5 * GiB)), LadderState(1))
+    assert just_over.action is Action.HOLD
+    assert "not yet past its 1.0 GiB margin" in just_over.explanation
+    clear = decide_on(floor_kill_then_stopped(int(3.5 * GiB)), LadderState(1))
+    assert (clear.action, clear.rung) == (Action.START, 1)
+
+
+def test_a_stopped_engine_with_memory_just_over_the_floor_all_along_is_started() -> None:
+    # Never under the floor: the margin is hysteresis, not a second floor.
+    trace = samples(0, 5, engine_state=EngineState.STOPPED, run=None,
+                    mem_available_bytes=int(2.5 * GiB))
+    assert decide_on(trace).action is Action.START
 
 
 # -- memory forecast -----------------------------------------------------------------
