@@ -86,6 +86,13 @@ class GatewaySpec(_Model):
     ``supervisor calibrate --profiles fleet``. 0: none kept."""
     max_resumes_per_request: Annotated[int, Field(ge=0)] = 2
     """Crashes one stream may be carried across; the next ends it with an error event."""
+    orphan_timeout_seconds: Seconds | None = None
+    """A gateway its supervisor started (``--owner supervisor``) that hears nothing from
+    any supervisor on its control socket for this long drains and exits. None: it waits
+    for one to attach again however long it takes (a supervisor restarted by systemd
+    does within seconds). Whatever this says, such a gateway drains and exits once its
+    control socket's path is gone or another file (the state directory was removed: no
+    supervisor can reach it again); systemd's socket-activated gateway does neither."""
 
     @field_validator("auth")
     @classmethod

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
 from starlette.responses import Response
 
 if TYPE_CHECKING:
@@ -71,15 +72,24 @@ def _check(gw: Gateway, rung: int) -> None:
                             f"(0..{len(gw.policy.modes) - 1})")
 
 
+def _on_every_request(app: FastAPI, contact: Callable[[], None]) -> None:
+    """``contact()`` before each request is handled."""
+    @app.middleware("http")
+    async def contacted(request: Request, call_next: Any) -> Any:
+        contact()
+        return await call_next(request)
+
+
 def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
-                reload: Callable[[int], str | None],
-                stop: Callable[[bool], None]) -> FastAPI:
-    """The control API over ``gw``. ``reload(rung)``: read the policy file again and
-    apply it (returns why it was refused, or None); ``stop(handover)``: begin a graceful
-    exit. ``owner``: ``supervisor`` (spawned by it: it stops the gateway at its own clean
-    stop) or ``external`` (systemd's)."""
+                reload: Callable[[int], str | None], stop: Callable[[bool], None],
+                contact: Callable[[], None]) -> FastAPI:
+    """The control API over ``gw``. ``reload(rung)``: read the policy file again (why
+    refused, or None); ``stop(handover)``: begin a graceful exit; ``contact()``: at each
+    request (a supervisor is there). ``owner``: ``supervisor`` (spawned by it: it stops
+    the gateway at its own clean stop) or ``external`` (systemd's)."""
     app = FastAPI(title="supervisor gateway control", docs_url=None, redoc_url=None,
                   openapi_url=None)
+    _on_every_request(app, contact)
 
     @app.get("/control/state")
     async def state(since: int = 0) -> dict[str, Any]:

@@ -25,6 +25,14 @@ the same way: the kernel keeps queuing connections on the shared listening socke
 nothing is refused meanwhile. While draining it follows the successor's state file, so
 its held requests are released when the successor's are. Exit 2: the policy is bad,
 a listener cannot be bound, or another gateway answers on the control socket.
+
+A gateway its supervisor started (``--owner supervisor``) outlives that supervisor's
+crash, restart or upgrade (the next one attaches), but not the end of its state
+directory: once its control socket's path is gone or names another file, no supervisor
+can reach it again, so it drains and exits 0 as at SIGTERM (checked every
+``WATCH_SECONDS``). With ``gateway.orphan_timeout_seconds`` set, it does the same after
+that long without a word from any supervisor on the control socket. systemd's gateway
+(``--owner external``) does neither: its unit owns the socket and its life.
 """
 
 from __future__ import annotations
@@ -50,7 +58,8 @@ from supervisor.gateway.server import Gateway
 from supervisor.policy import Policy, load_policy_file
 from supervisor.serve import AppServer
 
-__all__ = ["CONTROL_SOCKET", "HANDOVER_ENV", "STATE_FILE", "GatewayProcess", "inherited_sockets"]
+__all__ = ["CONTROL_SOCKET", "HANDOVER_ENV", "STATE_FILE", "GatewayProcess", "inherited_sockets",
+           "orphaned"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +70,36 @@ PID_FILE = "gateway.pid"
 HANDOVER_ENV = "SUPERVISOR_GATEWAY_FDS"
 #: A successor must be serving within this long, or the hand-over is called off.
 HANDOVER_TIMEOUT_SECONDS = 60.0
+#: How often an owned gateway checks that its control socket is still its own (one
+#: stat(2)) and that a supervisor spoke lately.
+WATCH_SECONDS = 1.0
+
+
+def orphaned(bound: tuple[int, int] | None, now_file: tuple[int, int] | None, *,
+             silent_seconds: float, timeout_seconds: float | None) -> str | None:
+    """Why an owned gateway should end itself, or None.
+
+    ``bound``: (st_dev, st_ino) of its control socket's file when it began serving;
+    ``now_file``: the same for whatever the path names now (None: nothing there);
+    ``silent_seconds``: since the last request on the control socket (or the start);
+    ``timeout_seconds``: ``gateway.orphan_timeout_seconds`` (None: no bound). Pure.
+    """
+    if now_file is None:
+        return "its control socket's path is gone (the state directory was removed)"
+    if bound is not None and now_file != bound:
+        return "its control socket's path names another file now"
+    if timeout_seconds is not None and silent_seconds >= timeout_seconds:
+        return (f"no supervisor spoke on its control socket for {silent_seconds:.0f} s "
+                f"(orphan_timeout_seconds {timeout_seconds:g})")
+    return None
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def inherited_sockets(environ: dict[str, str] | None = None) -> dict[str, socket.socket]:
@@ -161,6 +200,9 @@ class GatewayProcess:
         self._stop = asyncio.Event()
         self._handover = False
         self._draining = False
+        self._orphan: str | None = None
+        """Why this owned gateway is ending itself (its state directory is gone)."""
+        self._last_contact = time.monotonic()
 
     def _read_state(self) -> dict[str, Any]:
         try:
@@ -170,7 +212,7 @@ class GatewayProcess:
         return data if isinstance(data, dict) else {}
 
     def _save_state(self) -> None:
-        if self._draining:                       # the successor owns the file now
+        if self._draining or self._orphan:       # the successor owns the file, or none is
             return
         a = self.gw.admission
         tmp = self.state_path.with_suffix(".tmp")
@@ -207,7 +249,8 @@ class GatewayProcess:
             logger.error("gateway: %s", exc)
             return 2
         server = AppServer(control_app(self.gw, self.registry, owner=self.owner,
-                                       reload=self.reload, stop=self.request_stop),
+                                       reload=self.reload, stop=self.request_stop,
+                                       contact=self._contact),
                            "unix", 0, name="gateway control")
         await server.start([control])
         self._save_state()
@@ -215,12 +258,15 @@ class GatewayProcess:
         sd_notify(f"MAINPID={os.getpid()}\nREADY=1")
         logger.info("gateway process %d serving (control %s, owner %s)", os.getpid(),
                     self.control_path, self.owner)
+        watch = asyncio.get_running_loop().create_task(self._watch(
+            _file_id(self.control_path)))
         while True:
             await self._stop.wait()
             if not self._handover or await self._hand_over(listener, control):
                 break
             self._stop.clear()
             self._handover = False
+        watch.cancel()
         await server.stop()
         follow = asyncio.get_running_loop().create_task(self._follow_successor())
         await self.gw.drain()                    # stop accepting, let connections end
@@ -259,6 +305,24 @@ class GatewayProcess:
         self._draining = False
         self._save_state()
         return False
+
+    def _contact(self) -> None:
+        self._last_contact = time.monotonic()
+
+    async def _watch(self, bound: tuple[int, int] | None) -> None:
+        """An owned gateway ends itself (drains, exits 0) once ``orphaned`` says why."""
+        if self.owner != "supervisor":
+            return
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            why = orphaned(bound, _file_id(self.control_path),
+                           silent_seconds=time.monotonic() - self._last_contact,
+                           timeout_seconds=self.policy.gateway.orphan_timeout_seconds)
+            if why is not None and not self._draining:
+                logger.warning("gateway process %d stops: %s", os.getpid(), why)
+                self._orphan = why
+                self.request_stop()
+                return
 
     async def _follow_successor(self) -> None:
         """While draining after a hand-over: held requests go when the successor's do."""

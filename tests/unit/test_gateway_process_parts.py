@@ -51,3 +51,14 @@ def test_the_socket_unit_listens_where_the_gateway_and_the_supervisor_look() -> 
     assert " gateway --policy " in service and "NotifyAccess=all" in service
     assert "ExecReload=/bin/kill -HUP $MAINPID" in service
     assert f"Requires={systemd_gateway.gateway_unit_name(policy)}.socket" in service
+
+
+def test_an_owned_gateway_is_orphaned_when_its_socket_file_goes_or_no_one_speaks() -> None:
+    bound = (64768, 1234)
+    quiet = {"silent_seconds": 5.0, "timeout_seconds": None}
+    assert process.orphaned(bound, bound, **quiet) is None          # waits for one
+    assert "is gone" in (process.orphaned(bound, None, **quiet) or "")
+    assert "another file" in (process.orphaned(bound, (64768, 99), **quiet) or "")
+    assert process.orphaned(bound, bound, silent_seconds=5.0, timeout_seconds=6) is None
+    assert "for 6 s" in (process.orphaned(bound, bound, silent_seconds=6.0,
+                                          timeout_seconds=6) or "")
