@@ -1,6 +1,7 @@
 """Gateway overhead against the real CPU engine, side by side with nginx and LiteLLM.
 
     .venv/bin/python benchmarks/gateway.py [--rounds 150] [--seconds 6] [--streams 8]
+        [--paths direct,gateway,nginx,litellm]
 
 One process tree, one upstream: the CPU engine (the tiny Llama target, no speculation,
 the fastest mode, so proxy overhead shows), which binds its worker to a core itself; the
@@ -10,7 +11,8 @@ offline) and this client all on core 1. Paths are interleaved round by round, so
 in the box's load hits every path alike. Prints, per path: latency p50/p99 of a short
 request (1 token) and what it adds to direct, requests/s with 8 concurrent clients,
 streaming tokens/s and time to first token, each as a ratio to direct.
-Needs: .engine-venv and .demo-models (make setup), nginx on PATH (Debian: nginx-light).
+Needs: .engine-venv and .demo-models (make setup), nginx on PATH (Debian: nginx-light)
+unless ``--paths`` leaves it out (direct is always measured: every ratio is to it).
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def litellm_python() -> Path:
     return exe
 
 
-def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
+def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str]) -> dict[str, dict]:
     engine, gw, ngx, lt = free_port(), free_port(), free_port(), free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmp)}
     # Not under taskset, as the launcher (supervisor/act/launcher.py) gives the engine
@@ -124,10 +126,30 @@ def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
     procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "supervisor",
                                    "gateway", "--policy", str(tmp / "gw.yaml")], cwd=ROOT,
                                   start_new_session=True))
-    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, engine=engine, port=ngx))
-    procs.append(subprocess.Popen(["taskset", "-c", "1", shutil.which("nginx") or "nginx",
-                                   "-c", str(tmp / "nginx.conf"), "-p", str(tmp),
-                                   "-g", "daemon off;"], start_new_session=True))
+    if "nginx" in names:
+        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, engine=engine, port=ngx))
+        procs.append(subprocess.Popen(["taskset", "-c", "1", shutil.which("nginx") or "nginx",
+                                       "-c", str(tmp / "nginx.conf"), "-p", str(tmp),
+                                       "-g", "daemon off;"], start_new_session=True))
+    if "litellm" in names:
+        start_litellm(tmp, procs, engine, lt)
+    wait_http(f"http://127.0.0.1:{engine}/health")
+    release_gateway(tmp)
+    if "litellm" in names:
+        wait_http(f"http://127.0.0.1:{lt}/health/liveliness")
+    paths = {"direct": {"url": f"http://127.0.0.1:{engine}", "headers": {}},
+             "gateway": {"url": f"http://127.0.0.1:{gw}", "headers": {}},
+             "nginx": {"url": f"http://127.0.0.1:{ngx}", "headers": {}},
+             "litellm": {"url": f"http://127.0.0.1:{lt}",
+                         "headers": {"Authorization": "Bearer sk-bench"}}}
+    paths = {n: p for n, p in paths.items() if n in names or n in ("direct", "gateway")}
+    for p in paths.values():
+        wait_http(p["url"] + "/v1/models", headers=p["headers"])
+    return paths
+
+
+def start_litellm(tmp: Path, procs: list[subprocess.Popen], engine: int, lt: int) -> None:
+    """LiteLLM's proxy on port ``lt`` in front of the engine (its own venv, offline)."""
     cfg = {"model_list": [{"model_name": MODEL, "litellm_params": {
         "model": f"openai/{MODEL}", "api_base": f"http://127.0.0.1:{engine}/v1",
         "api_key": "none"}}], "litellm_settings": {"telemetry": False}}
@@ -139,17 +161,6 @@ def start_all(tmp: Path, procs: list[subprocess.Popen]) -> dict[str, dict]:
                                    "--num_workers", "1"], env=lenv,
                                   stdout=open(tmp / "litellm.log", "w"),  # noqa: SIM115
                                   stderr=subprocess.STDOUT, start_new_session=True))
-    wait_http(f"http://127.0.0.1:{engine}/health")
-    release_gateway(tmp)
-    wait_http(f"http://127.0.0.1:{lt}/health/liveliness")
-    paths = {"direct": {"url": f"http://127.0.0.1:{engine}", "headers": {}},
-             "gateway": {"url": f"http://127.0.0.1:{gw}", "headers": {}},
-             "nginx": {"url": f"http://127.0.0.1:{ngx}", "headers": {}},
-             "litellm": {"url": f"http://127.0.0.1:{lt}",
-                         "headers": {"Authorization": "Bearer sk-bench"}}}
-    for p in paths.values():
-        wait_http(p["url"] + "/v1/models", headers=p["headers"])
-    return paths
 
 
 async def short(client: httpx.AsyncClient, p: dict) -> float:
@@ -205,7 +216,8 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def measure(paths: dict, rounds: int, seconds: float, streams: int) -> None:
+async def measure(paths: dict, rounds: int, seconds: float, streams: int,
+                  throughput_rounds: int = 3) -> None:
     names = list(paths)
     lat = {n: [] for n in names}
     rps = {n: [] for n in names}
@@ -219,7 +231,7 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int) -> Non
             order = names[i % len(names):] + names[:i % len(names)]
             for n in order:
                 lat[n].append(await short(client, paths[n]))
-        for i in range(3):
+        for i in range(throughput_rounds):
             for n in names[i % len(names):] + names[:i % len(names)]:
                 rps[n].append(await throughput(paths[n], 8, seconds))
         for i in range(streams):
@@ -237,7 +249,8 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int) -> Non
         print(f"{n:8s} {p50 * 1e3:7.2f} {p99 * 1e3:7.2f} {(p50 - d50) * 1e3:8.2f} "
               f"{(p99 - d99) * 1e3:8.2f} {r:8.1f} {r / d_rps:6.3f} {t:12.1f} {t / d_tps:6.3f} "
               f"{statistics.median(ttft[n]) * 1e3:8.1f}")
-    print(f"\n{rounds} short requests per path (interleaved), 3 x {seconds:g} s of 8 clients, "
+    print(f"\n{rounds} short requests per path (interleaved), {throughput_rounds} x "
+          f"{seconds:g} s of 8 clients (median), "
           f"{streams} streams of 400 tokens; proxies and client on core 1, the engine binds "
           "its worker itself.")
 
@@ -247,13 +260,18 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--throughput-rounds", type=int, default=3,
+                    help="8-client runs per path, interleaved (the median is shown)")
+    ap.add_argument("--paths", default="direct,gateway,nginx,litellm",
+                    help="which paths besides direct and the gateway (always measured)")
     args = ap.parse_args()
     os.sched_setaffinity(0, {1})
     tmp = Path(tempfile.mkdtemp(prefix="gwb-"))
     procs: list[subprocess.Popen] = []
     try:
-        paths = start_all(tmp, procs)
-        asyncio.run(measure(paths, args.rounds, args.seconds, args.streams))
+        paths = start_all(tmp, procs, set(args.paths.split(",")))
+        asyncio.run(measure(paths, args.rounds, args.seconds, args.streams,
+                            args.throughput_rounds))
     finally:
         for p in procs:
             try:

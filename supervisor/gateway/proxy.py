@@ -280,12 +280,12 @@ async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Respo
     if denied is not None:
         return denied
     if route is Route.ADMIT and request.method != "POST":
-        return api_error(api, 405, f"{request.url.path} takes POST",
+        return api_error(api, 405, f"{request.scope['path']} takes POST",
                          type_="invalid_request_error", code="method_not_allowed")
     raw = await _read_body(gw, request, api)
     if isinstance(raw, Response):
         return raw
-    path = request.url.path
+    path: str = request.scope["path"]      # not request.url: it builds the whole URL
     body: dict[str, Any] = {}
     if route is Route.ADMIT and path in JSON_BODIES:
         try:
@@ -342,7 +342,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
     """Send upstream; retry once on a failure before any byte reached the client."""
     epoch = gw.epoch
     headers = upstream_headers(gw, request)
-    query = request.url.query
+    query = request.scope["query_string"].decode()     # as Starlette's URL does
     resp: aiohttp.ClientResponse | None = None
     for attempt in (0, 1):
         try:

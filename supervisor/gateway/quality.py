@@ -48,7 +48,8 @@ from prometheus_client import CollectorRegistry, Counter
 from supervisor.gateway.prompt import BYTES_PER_TOKEN, estimate_tokens
 
 __all__ = ["BLOCK_CHARS", "MAX_UNIT_CHARS", "PROMPT_UNIT_REPEATS", "AnswerWatch", "Quality",
-           "RepeatRun", "agent_label", "answer_problem", "prompt_text", "request_shape"]
+           "RepeatRun", "agent_label", "answer_problem", "json_object", "prompt_text",
+           "request_shape"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,22 +180,33 @@ def asked_for(unit: str, prompt: str) -> bool:
     return core in prompt and _ASKS_REPETITION.search(prompt) is not None
 
 
-def answer_problem(status: int, content: bytes, *, switched: bool) -> str | None:
-    """The parser-error kind of a whole (non-streamed) answer, or None: ``http_5xx``
-    (not during a switch), ``parser_error`` (an error body naming a parser),
-    ``content_null`` (``content: null``, ``finish_reason: "stop"``, no tool call)."""
-    if status >= 500:
-        if switched:
-            return None
-        return "parser_error" if _PARSER.search(content[:4096].decode("utf-8", "replace")) \
-            else "http_5xx"
-    if status >= 400 or not content.startswith(b"{"):
+def json_object(content: bytes) -> dict[str, Any] | None:
+    """``content`` parsed, if it is a JSON object (else None; never raises)."""
+    if not content.startswith(b"{"):
         return None
     try:
         data = json.loads(content)
     except ValueError:
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def answer_problem(status: int, content: bytes, *, switched: bool,
+                   data: dict[str, Any] | None = None) -> str | None:
+    """The parser-error kind of a whole (non-streamed) answer, or None: ``http_5xx``
+    (not during a switch), ``parser_error`` (an error body naming a parser),
+    ``content_null`` (``content: null``, ``finish_reason: "stop"``, no tool call).
+    ``data``: ``content`` already parsed (``json_object``), so it is parsed once."""
+    if status >= 500:
+        if switched:
+            return None
+        return "parser_error" if _PARSER.search(content[:4096].decode("utf-8", "replace")) \
+            else "http_5xx"
+    if status >= 400:
+        return None
+    if data is None:
+        data = json_object(content)
+    if data is None:
         return None
     return choices_problem(data.get("choices"), message_key="message")
 
@@ -347,17 +359,14 @@ class AnswerWatch:
             self._problem("content_null")
 
     def whole(self, status: int, content: bytes, *, switched: bool) -> None:
-        """A non-streamed answer."""
-        kind = answer_problem(status, content, switched=switched)
+        """A non-streamed answer (its JSON parsed once for both checks)."""
+        data = json_object(content) if status < 400 else None
+        kind = answer_problem(status, content, switched=switched, data=data)
         if kind is not None:
             self._problem(kind)
-        if status != 200 or not content.startswith(b"{"):
+        if status != 200 or data is None:
             return
-        try:
-            data = json.loads(content)
-        except ValueError:
-            return
-        for ch in data.get("choices") or () if isinstance(data, dict) else ():
+        for ch in data.get("choices") or ():
             msg = ch.get("message") if isinstance(ch, dict) else None
             text = msg.get("content") if isinstance(msg, dict) else (
                 ch.get("text") if isinstance(ch, dict) else None)

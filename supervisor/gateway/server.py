@@ -219,7 +219,11 @@ class Gateway:
                                     header_timeout_seconds=self.spec.header_timeout_seconds)
         self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway",
                                  http=protocol, timeout_graceful_shutdown=max(
-                                     1, int(self.spec.drain_timeout_seconds)))
+                                     1, int(self.spec.drain_timeout_seconds)),
+                                 # No X-Forwarded-* rewriting of the client's address
+                                 # (uvicorn's ProxyHeadersMiddleware): nothing here
+                                 # reads it, and it is a layer on every request.
+                                 proxy_headers=False)
         await self._server.start(sockets)
         logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
                     self.spec.port)
