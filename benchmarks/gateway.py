@@ -1,7 +1,7 @@
 """Gateway overhead against the real CPU engine, side by side with nginx and LiteLLM.
 
     .venv/bin/python benchmarks/gateway.py [--rounds 150] [--seconds 6] [--streams 8]
-        [--paths direct,gateway,nginx,litellm]
+        [--paths direct,gateway,nginx,litellm] [--compare CHECKOUT]
 
 One process tree, one upstream: the CPU engine (the tiny Llama target, no speculation,
 the fastest mode, so proxy overhead shows), which binds its worker to a core itself; the
@@ -13,6 +13,9 @@ request (1 token) and what it adds to direct, requests/s with 8 concurrent clien
 streaming tokens/s and time to first token, each as a ratio to direct.
 Needs: .engine-venv and .demo-models (make setup), nginx on PATH (Debian: nginx-light)
 unless ``--paths`` leaves it out (direct is always measured: every ratio is to it).
+``--compare CHECKOUT`` adds a second gateway process run from another checkout of this
+repository (``gateway@base``), on its own state directory, interleaved with the rest: a
+change to the proxy path measured against the code before it in one run.
 """
 
 from __future__ import annotations
@@ -102,8 +105,24 @@ def litellm_python() -> Path:
     return exe
 
 
-def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str]) -> dict[str, dict]:
-    engine, gw, ngx, lt = free_port(), free_port(), free_port(), free_port()
+def start_gateway(tmp: Path, procs: list[subprocess.Popen], engine: int, root: Path) -> int:
+    """A gateway process (``supervisor gateway``) from checkout ``root`` on core 1, its
+    state directory ``tmp``, released into rung 0; returns its port."""
+    port = free_port()
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    policy = {"fleet": "bench", "engine": {"executable": "vllm", "port": engine},
+              "modes": [{"name": "plain"}], "gateway": {"port": port},
+              "storage": {"state_directory": str(tmp)}}
+    (tmp / "gw.yaml").write_text(yaml.safe_dump(policy))
+    procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "supervisor",
+                                   "gateway", "--policy", str(tmp / "gw.yaml")], cwd=root,
+                                  start_new_session=True))
+    return port
+
+
+def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str],
+              compare: Path | None = None) -> dict[str, dict]:
+    engine, ngx, lt = free_port(), free_port(), free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmp)}
     # Not under taskset, as the launcher (supervisor/act/launcher.py) gives the engine
     # every CPU: vLLM's CPU worker binds its OpenMP threads itself from the CPUs it may
@@ -119,13 +138,8 @@ def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str]) -> dict
          "--port", str(engine), "--max-model-len", "1024", "--max-num-seqs", "16",
          "--enforce-eager"], env=env, stdout=open(tmp / "engine.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT, start_new_session=True))
-    policy = {"fleet": "bench", "engine": {"executable": "vllm", "port": engine},
-              "modes": [{"name": "plain"}], "gateway": {"port": gw},
-              "storage": {"state_directory": str(tmp)}}
-    (tmp / "gw.yaml").write_text(yaml.safe_dump(policy))
-    procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "supervisor",
-                                   "gateway", "--policy", str(tmp / "gw.yaml")], cwd=ROOT,
-                                  start_new_session=True))
+    gw = start_gateway(tmp, procs, engine, ROOT)
+    base = start_gateway(tmp / "base", procs, engine, compare) if compare else 0
     if "nginx" in names:
         (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, engine=engine, port=ngx))
         procs.append(subprocess.Popen(["taskset", "-c", "1", shutil.which("nginx") or "nginx",
@@ -135,6 +149,8 @@ def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str]) -> dict
         start_litellm(tmp, procs, engine, lt)
     wait_http(f"http://127.0.0.1:{engine}/health")
     release_gateway(tmp)
+    if compare:
+        release_gateway(tmp / "base")
     if "litellm" in names:
         wait_http(f"http://127.0.0.1:{lt}/health/liveliness")
     paths = {"direct": {"url": f"http://127.0.0.1:{engine}", "headers": {}},
@@ -143,6 +159,8 @@ def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str]) -> dict
              "litellm": {"url": f"http://127.0.0.1:{lt}",
                          "headers": {"Authorization": "Bearer sk-bench"}}}
     paths = {n: p for n, p in paths.items() if n in names or n in ("direct", "gateway")}
+    if compare:
+        paths["gateway@base"] = {"url": f"http://127.0.0.1:{base}", "headers": {}}
     for p in paths.values():
         wait_http(p["url"] + "/v1/models", headers=p["headers"])
     return paths
@@ -241,12 +259,12 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int,
                 tps[n].append(rate)
     d50, d99 = pct(lat["direct"], 0.5), pct(lat["direct"], 0.99)
     d_rps, d_tps = statistics.median(rps["direct"]), statistics.median(tps["direct"])
-    print(f"\n{'path':8s} {'p50 ms':>7s} {'p99 ms':>7s} {'+p50 ms':>8s} {'+p99 ms':>8s} "
+    print(f"\n{'path':12s} {'p50 ms':>7s} {'p99 ms':>7s} {'+p50 ms':>8s} {'+p99 ms':>8s} "
           f"{'req/s@8':>8s} {'ratio':>6s} {'stream tok/s':>12s} {'ratio':>6s} {'ttft ms':>8s}")
     for n in names:
         p50, p99 = pct(lat[n], 0.5), pct(lat[n], 0.99)
         r, t = statistics.median(rps[n]), statistics.median(tps[n])
-        print(f"{n:8s} {p50 * 1e3:7.2f} {p99 * 1e3:7.2f} {(p50 - d50) * 1e3:8.2f} "
+        print(f"{n:12s} {p50 * 1e3:7.2f} {p99 * 1e3:7.2f} {(p50 - d50) * 1e3:8.2f} "
               f"{(p99 - d99) * 1e3:8.2f} {r:8.1f} {r / d_rps:6.3f} {t:12.1f} {t / d_tps:6.3f} "
               f"{statistics.median(ttft[n]) * 1e3:8.1f}")
     print(f"\n{rounds} short requests per path (interleaved), {throughput_rounds} x "
@@ -260,6 +278,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="another checkout whose gateway runs beside this one's")
     ap.add_argument("--throughput-rounds", type=int, default=3,
                     help="8-client runs per path, interleaved (the median is shown)")
     ap.add_argument("--paths", default="direct,gateway,nginx,litellm",
@@ -269,7 +289,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gwb-"))
     procs: list[subprocess.Popen] = []
     try:
-        paths = start_all(tmp, procs, set(args.paths.split(",")))
+        paths = start_all(tmp, procs, set(args.paths.split(",")), args.compare)
         asyncio.run(measure(paths, args.rounds, args.seconds, args.streams,
                             args.throughput_rounds))
     finally:
