@@ -36,6 +36,8 @@ RECOMMENDED: dict[str, tuple[str, bool, str]] = {
     "orphan_engine_core": ("NONE", False, "the supervisor killed the orphaned processes"),
     "sigterm_ignored": ("NONE", False, "the supervisor killed the group after the grace"),
     "memory_not_back": ("NONE", False, "the next start waits for memory to come back"),
+    "memory_floor_start_held": ("NONE", False, "the next start waits until what holds the "
+                                "memory lets it go (find the other process)"),
     "engine_leftovers": ("NONE", False, "the next start waits for the old processes to go"),
     "engine_bad_argument": ("NONE", False, "fix the flag in the policy; no retry helps"),
     "engine_model_not_found": ("NONE", False, "fix the model path in the policy"),
