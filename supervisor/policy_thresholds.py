@@ -153,6 +153,12 @@ class PreemptionGuard(_Model):
     """45 s of storm before the shed: acting within about a minute of onset."""
     throughput_drop_ratio: Ratio = 0.2
     """Generation tokens/s over the storm at least 20% below the period before it."""
+    recur_seconds: Seconds = 1800.0
+    """A storm back within this long of the last shed it asked for, once that shed was
+    restored: the shed only hid it until the restore, so step down to fewer sequences
+    instead of shedding again (``preemption_storm_recurring``). 30 min: more than the
+    default ``hysteresis.cooldown_seconds`` (5 min of calm before a restore) plus the
+    storm's return, short of the hour-long waves of an agent fleet's day."""
 
 
 class ThermalGuard(_Model):

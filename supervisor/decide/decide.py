@@ -24,8 +24,10 @@ Order of precedence (DESIGN.md, "Guards"):
 4. warnings: instant levers first where one helps (shed the gateway's limits: heat,
    throttling, a preemption storm, the load budget), then a graceful step down, within
    the cooldown and the transitions-per-hour limit; a failed probation goes back at
-   once. Memory forecast and PSI pressure step down without shedding: fewer requests
-   do not hand back memory the engine has already allocated (vLLM sizes its KV cache
+   once; a preemption storm back soon after its shed was restored steps down to
+   fewer sequences without shedding again (it sheds only while that step is held).
+   Memory forecast and PSI pressure step down without shedding: fewer requests do not
+   hand back memory the engine has already allocated (vLLM sizes its KV cache
    at start-up), only a restart in a smaller mode does;
    A shed for a suspected hang is undone as soon as the canary answers;
 5. the operator's pin: move to the pinned rung;
@@ -315,6 +317,10 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
                         f"of {mode} -> back down to {_name(sit, ladder.rung + 1)}", found,
                         marks_failing=ladder.rung)
     shed_first = (Response.SHED_FIRST, Response.SHED_FIRST_FEWER_SEQUENCES)
+    if w.response is Response.FEWER_SEQUENCES and not ladder.shed:
+        meanwhile = _shed_meanwhile(sit, w, found)
+        if meanwhile is not None:
+            return meanwhile
     if w.response in (Response.SHED, *shed_first) and not ladder.shed:
         return Decision(Action.SHED, ladder.rung, f"{w.summary} -> shed: gateway limits x"
                         f"{policy.hysteresis.shed_factor:g}", found, shed=True)
@@ -345,10 +351,24 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
                     f"{_name(sit, target)}", found)
 
 
+def _shed_meanwhile(sit: Situation, w: Finding,
+                    found: tuple[Finding, ...]) -> Decision | None:
+    """A step down to fewer sequences that cannot happen now (cooldown, transitions per
+    hour, the last rung): shed instead, or None."""
+    ladder = sit.ladder
+    bottom = len(sit.policy.modes) - 1
+    held = _blocked(sit) or ("being on the safest rung" if ladder.rung == bottom else None)
+    if held is None:
+        return None
+    return Decision(Action.SHED, ladder.rung, f"{w.summary}; the step down is held by {held} "
+                    f"-> shed meanwhile: gateway limits x{sit.policy.hysteresis.shed_factor:g}",
+                    found, shed=True)
+
+
 def _target(sit: Situation, w: Finding) -> int:
     """Where a graceful step for warning ``w`` goes."""
     ladder, policy = sit.ladder, sit.policy
-    if w.response is Response.SHED_FIRST_FEWER_SEQUENCES:
+    if w.response in (Response.SHED_FIRST_FEWER_SEQUENCES, Response.FEWER_SEQUENCES):
         return policy.first_rung_with_fewer_sequences_below(ladder.rung) or ladder.rung + 1
     if w.response is Response.RESTART_WHEN_CALM:
         return ladder.rung                  # the same mode, its leaked memory handed back

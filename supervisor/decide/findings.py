@@ -48,6 +48,10 @@ class Response(StrEnum):
     SHED_FIRST_FEWER_SEQUENCES = "shed_first_fewer_sequences"
     """Lower the gateway's limits first; if it persists once shed, step down to the
     first rung that runs fewer sequences (``--max-num-seqs``), else one rung."""
+    FEWER_SEQUENCES = "fewer_sequences"
+    """Step down now to the first rung that runs fewer sequences (``--max-num-seqs``),
+    else one rung, without shedding first (a storm the last shed did not cure); shed
+    instead while the step is held (cooldown, transitions per hour) or on the last rung."""
     SHED = "shed"
     """Lower the gateway's limits (no restart)."""
     SKIP_SPECULATION_WHEN_CALM = "skip_speculation_when_calm"

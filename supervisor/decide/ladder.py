@@ -53,6 +53,10 @@ class LadderState:
     shed_kind: str | None = None
     """The finding kind that asked for the shed (a suspected hang's shed ends with the
     canary's answer)."""
+    last_sheds_s: tuple[tuple[str, float], ...] = ()
+    """(finding kind, time) of the last shed each kind asked for on the current rung
+    (a storm that returns after its shed was restored steps down); cleared when the rung
+    changes."""
     deferred_since_s: float | None = None
     pinned: int | None = None
     paused: bool = False
@@ -89,6 +93,10 @@ class LadderState:
             if r == rung:
                 return retry_after
         return None
+
+    def last_shed(self, kind: str) -> float | None:
+        """When ``kind`` last asked for a shed on this rung (monotonic s), or None."""
+        return next((t for k, t in self.last_sheds_s if k == kind), None)
 
     def calm_for(self, now_s: float) -> float:
         """Seconds since the last warning, rung change or service start, whichever is last."""
@@ -167,9 +175,14 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
         case Action.SHED:
             kinds = [f.kind for f in decision.findings if f.response in (
                 "shed", "shed_first", "shed_first_fewer_sequences")]
+            sheds = ladder.last_sheds_s
+            if decision.shed:
+                sheds = (*((k, t) for k, t in sheds if k not in kinds),
+                         *((k, now_s) for k in dict.fromkeys(kinds)))
             return rep(ladder, shed=bool(decision.shed),
                        shed_since_s=now_s if decision.shed else None,
-                       shed_kind=kinds[0] if decision.shed and kinds else None)
+                       shed_kind=kinds[0] if decision.shed and kinds else None,
+                       last_sheds_s=sheds)
         case Action.RELOAD | Action.START:
             return rep(ladder, reload_pending=False, restart_requested=False)
         case Action.GIVE_UP:
@@ -199,6 +212,7 @@ def _moved(ladder: LadderState, decision: Decision, policy: Policy, now_s: float
         transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
         probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
         shed_kind=None, deferred_since_s=None,
+        last_sheds_s=() if moved else ladder.last_sheds_s,
         start_args=() if moved else ladder.start_args,
         fallbacks_tried=() if moved else ladder.fallbacks_tried)
 

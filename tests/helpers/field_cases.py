@@ -36,6 +36,7 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
                             # the first one not listed; e.g. a shed on a suspected hang)
       start_args: {--enforce-eager: true}   # optional: flags the action's start carries
       explains: "--bogus-flag"               # optional: a text its explanation must hold
+      never: [step_down]    # optional: actions that must not come at all over the trace
 
 A control (``control: true``) normally expects no action at all; one that must act in the
 end in some other way (memory that comes back slowly: ``action: start``,

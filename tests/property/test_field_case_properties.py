@@ -49,7 +49,7 @@ COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "iteration_tokens_
 KINDS = frozenset({
     "agent_parser_errors", "corrupted_output", "engine_hang_suspected", "engine_hung",
     "exited", "memory_creep", "memory_floor", "memory_floor_start_held",
-    "platform_low_power_state", "preemption_storm",
+    "platform_low_power_state", "preemption_storm", "preemption_storm_recurring",
     "sample_gap_memory", "soc_hot", "spec_acceptance_anomaly", "spec_degraded",
     "spec_launch_lottery", "spec_prefix_cache_defeated", "spec_slower_than_plain",
     "spec_structured_output", "telemetry_degraded"})
@@ -97,6 +97,8 @@ def test_issue_13_controls_stay_quiet_under_noise(name: str, seed: int) -> None:
     steps = play_case(noisy)
     kinds = {f.kind for _, d in steps for f in d.findings}
     assert case.kind not in kinds, f"{case.name}: raised {case.kind} under noise"
+    never = [d for _, d in steps if str(d.action) in case.expect.get("never", ())]
+    assert not never, f"{case.name}: {never[0].action} under noise: {never[0].explanation}"
     expect = case.expect.get("action", "hold")
     got = first_action(steps)
     if expect == "hold":

@@ -30,6 +30,9 @@ def test_field_case(path) -> None:
     steps = play_case(case)
     expect = case.expect
     got = first_action(steps, skip=expect.get("allow_before", ()))
+    never = [(t, d) for t, d in steps if str(d.action) in expect.get("never", ())]
+    assert not never, (f"{case.name}: {never[0][1].action} at t={never[0][0]}: "
+                       f"{never[0][1].explanation}")
     if case.control and expect.get("action", "hold") != "hold":
         kinds = {f.kind for _, d in steps for f in d.findings}
         assert case.kind not in kinds, f"{case.name}: the control raised {case.kind}"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.decide.decision import Action
+from supervisor.decide.decision import Action, Decision
 from supervisor.decide.findings import Severity
-from supervisor.decide.ladder import LadderState
+from supervisor.decide.ladder import LadderState, advance
 from supervisor.states import EngineState
-from tests.unit.scenario import GiB, decide_on, play, samples
+from tests.unit.scenario import POLICY, GiB, decide_on, play, samples
 
 
 def kinds(d):
@@ -225,6 +225,36 @@ def test_preemption_storm_sheds_then_steps_down_to_fewer_sequences() -> None:
     from_nospec = decide_on(storm_trace(rung=2),
                             LadderState(2, since_s=0, shed=True, shed_since_s=-200.0))
     assert (from_nospec.action, from_nospec.rung) == (Action.STEP_DOWN, 3)
+
+
+def test_a_storm_back_after_its_shed_was_restored_steps_down_without_shedding() -> None:
+    """Before: shed, restored after the cooldown, shed again when the storm came back,
+    forever; the storm had one rung with fewer sequences to go to all along."""
+    restored = LadderState(0, since_s=0, last_sheds_s=(("preemption_storm", -600.0),))
+    d = decide_on(storm_trace(), restored)
+    assert (d.action, d.rung) == (Action.STEP_DOWN, 2)
+    (f,) = [f for f in d.findings if f.kind == "preemption_storm_recurring"]
+    assert f.evidence["last_shed_seconds_ago"] == 840.0
+    assert "back 840 s after the shed for the last one (within 1800 s): shedding did not " \
+        "cure it -> step down to nospec" in d.explanation
+    # Held by the cooldown of a recent change: shed meanwhile, the step comes after.
+    cooling = LadderState(0, since_s=0, last_sheds_s=(("preemption_storm", -600.0),),
+                          last_change_s=100.0)
+    held = decide_on(storm_trace(), cooling)
+    assert (held.action, held.shed) == (Action.SHED, True)
+    assert "the step down is held by cooldown" in held.explanation
+    # A shed past recur_seconds (30 min) is another storm: shed first again.
+    long_ago = LadderState(0, since_s=0, last_sheds_s=(("preemption_storm", -2000.0),))
+    again = decide_on(storm_trace(), long_ago)
+    assert (again.action, again.findings[0].kind) == (Action.SHED, "preemption_storm")
+
+
+def test_the_ladder_remembers_a_shed_per_kind_until_the_rung_changes() -> None:
+    decisions, ladder = play(storm_trace(), LadderState(0, since_s=0))
+    sheds = [d for d in decisions if d.action is Action.SHED]
+    assert len(sheds) == 1 and ladder.last_shed("preemption_storm") == 133.0   # its time
+    moved = advance(ladder, Decision(Action.STEP_DOWN, 2, "x"), POLICY, 500.0)
+    assert moved.last_sheds_s == () and moved.last_shed("preemption_storm") is None
 
 
 def test_kv_at_96_percent_without_preemptions_is_normal() -> None:

@@ -17,7 +17,14 @@ cache by design, so it is not a finding. All of these must hold over the last
 
 Shed first (fewer requests admitted by the gateway is fewer sequences at once, no
 restart); if the storm outlasts ``hysteresis.shed_seconds`` once shed, step down to the
-first rung with a lower ``--max-num-seqs``. Pure.
+first rung with a lower ``--max-num-seqs``.
+
+A storm that comes back after its shed was restored, within ``recur_seconds`` of that
+shed, is ``preemption_storm_recurring``: the shed hid the storm without curing it (the
+KV cache holds fewer sequences than the rung admits: Tandemn-Labs/tandemn-system#11, a
+cache that fits ~70-80 of 256), and shedding again would restore and storm forever. It
+steps down to fewer sequences at once (shedding instead only while the step is held).
+Pure.
 """
 
 from __future__ import annotations
@@ -78,8 +85,16 @@ def check(sit: Situation) -> list[Finding]:
                 "requests_running": s.requests_running,
                 "kv_cache_usage_ratio": s.kv_cache_usage_ratio, "sustain_seconds": span,
                 "run_id": s.engine_run_id}
-    return [Finding(GUARD, "preemption_storm", Severity.WARNING,
-                    f"preemption storm: {per_1k:.1f} per 1,000 generated tokens "
-                    f"({preempted[0]:g} in {span:g} s) with up to {waiting:g} waiting, "
-                    f"generation down {1 - during / before:.0%}", evidence, s.engine_run_id,
-                    Response.SHED_FIRST_FEWER_SEQUENCES)]
+    summary = (f"preemption storm: {per_1k:.1f} per 1,000 generated tokens "
+               f"({preempted[0]:g} in {span:g} s) with up to {waiting:g} waiting, "
+               f"generation down {1 - during / before:.0%}")
+    last = sit.ladder.last_shed(GUARD)
+    if not sit.ladder.shed and last is not None and now - last <= cfg.recur_seconds:
+        evidence = {**evidence, "last_shed_seconds_ago": round(now - last, 1),
+                    "recur_seconds": cfg.recur_seconds}
+        return [Finding(GUARD, "preemption_storm_recurring", Severity.WARNING,
+                        f"{summary}, back {now - last:.0f} s after the shed for the last "
+                        f"one (within {cfg.recur_seconds:g} s): shedding did not cure it",
+                        evidence, s.engine_run_id, Response.FEWER_SEQUENCES)]
+    return [Finding(GUARD, "preemption_storm", Severity.WARNING, summary, evidence,
+                    s.engine_run_id, Response.SHED_FIRST_FEWER_SEQUENCES)]
