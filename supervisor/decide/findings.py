@@ -97,6 +97,10 @@ class Finding:
     recommended_action: str | None = None
     """What an operator should do, in NVIDIA NVSentinel's RecommendedAction words
     (``supervisor.decide.recommended``): NONE, RESTART_APP, COMPONENT_RESET, RESTART_BM..."""
+    standing: bool = False
+    """A standing fact about the engine build or the box, true on every tick while it lasts
+    (a series this build never exports): kept on record, but not trouble, so it does not
+    keep the ladder from ever being calm (``ladder.advance``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as stored with incidents."""

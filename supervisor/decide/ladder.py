@@ -138,13 +138,15 @@ def _mark_failing(ladder: LadderState, rung: int, policy: Policy,
 def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: float) -> LadderState:
     """The ladder after ``decision`` is carried out at ``now_s``.
 
-    Every decision updates the trouble mark (a warning or worse seen) and the deferral of
+    Every decision updates the trouble mark (a warning or worse seen, unless it is a
+    standing fact such as ``telemetry_degraded``) and the deferral of
     a when-calm step down. RESTART records the crash (not a box fault) and the backoff;
     STEP_DOWN, KILL_NOW, STEP_UP move the rung (STEP_UP on probation; PLANNED_RESTART
     stays on it, counting a launch-lottery restart); SHED flips the
     gateway lever; GIVE_UP marks the ladder exhausted."""
     rep = dataclasses.replace
-    trouble = any(f.severity.rank >= Severity.WARNING.rank for f in decision.findings)
+    trouble = any(f.severity.rank >= Severity.WARNING.rank and not f.standing
+                  for f in decision.findings)
     waiting = any(f.response in ("skip_speculation_when_calm", "restart_when_calm")
                   for f in decision.findings)
     ladder = rep(ladder,

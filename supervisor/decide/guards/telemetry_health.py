@@ -7,7 +7,11 @@ Once the engine has been ready for ``GRACE_SECONDS`` with ``/metrics`` read (its
 series present), a field in ``NEEDS`` that stayed unknown on all of them gives one warning
 on record naming the guards that cannot judge (the executor notes a finding once per run).
 Unknown stays unknown: no guard reads the gap as 0. A scrape that failed (``metrics_error``)
-is not a missing series. Pure.
+is not a missing series. The warning is ``standing`` (a fact about the build, true on every
+tick): it does not reset the ladder's calm clock, or a build without a series would never
+step up or restore a shed (llama-server exports no KV-cache series since llama.cpp #13660,
+see #22879; defilantech/LLMKube#1373 lists all eleven ``llamacpp:`` series of a live
+server). Pure.
 """
 
 from __future__ import annotations
@@ -69,4 +73,4 @@ def check(sit: Situation) -> list[Finding]:
                     f"{', '.join(blind)} cannot judge (unknown, not 0)",
                     {"missing": missing, "guards": blind, "samples": len(scraped),
                      "mode": sit.mode.name, "run_id": s.engine_run_id},
-                    s.engine_run_id, Response.RECORD)]
+                    s.engine_run_id, Response.RECORD, standing=True)]
