@@ -130,6 +130,18 @@ async def _serving(sup: Supervisor, port: int, timeout: float = 40) -> dict:
     return holder
 
 
+async def _first_verdict(sup: Supervisor, within_s: float) -> tuple[float, str]:
+    """(seconds from now, finding kind) of the head's first decision other than hold
+    within ``within_s``; AssertionError if none comes."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within_s:
+        await asyncio.sleep(0.1)
+        d = sup.last.decision
+        if d is not None and d.action != "hold":
+            return time.monotonic() - t0, d.findings[0].kind
+    raise AssertionError("no finding after the agent stopped answering")
+
+
 def _incidents(sup: Supervisor) -> list:
     return sup.writer.store.incidents(limit=100)
 
@@ -210,15 +222,7 @@ async def test_issue_16_worker_agent_stopped_is_a_finding_within_the_bound(pair)
         await _serving(sup, port)
         before = {i.id for i in _incidents(sup)}
         agent.send_signal(signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        verdicts: list[tuple[float, str]] = []
-        while time.monotonic() - stopped_at < stale + 3 and not verdicts:
-            await asyncio.sleep(0.1)
-            d = sup.last.decision
-            if d is not None and d.action != "hold":
-                verdicts.append((time.monotonic() - stopped_at, d.findings[0].kind))
-        assert verdicts, "no finding after the agent stopped answering"
-        after_s, kind = verdicts[0]
+        after_s, kind = await _first_verdict(sup, within_s=stale + 3)
         assert kind == "worker_host_froze"
         assert stale - 0.5 <= after_s <= stale + 2.5, after_s
         new = [i for i in _incidents(sup) if i.id not in before]
