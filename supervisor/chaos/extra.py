@@ -17,6 +17,7 @@ from supervisor.chaos.harness import Result, Rig
 __all__ = ["database_away", "preemption_storm", "start_failure_loop"]
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+STORM_KINDS = ("preemption_storm", "preemption_storm_recurring")
 
 
 def start_failure_loop(base: Path) -> Result:
@@ -84,8 +85,10 @@ def preemption_storm(base: Path) -> Result:
         before = _engine_counters(rig)
         rig.start_fleet(sessions=24, max_tokens=384, long_prompt_probability=0.3)
         try:
+            # The storm going on under the shed, or back after its restore
+            # (``preemption_storm_recurring``), steps down.
             inc = rig.wait("preemption storm step down", lambda: next(
-                (i for i in rig.incidents() if i.kind == "preemption_storm"
+                (i for i in rig.incidents() if i.kind in STORM_KINDS
                  and i.action == "step_down"), None), timeout=200)
         except AssertionError:
             res.notes += "; no step down within 200 s (see the evidence in the trace)"
@@ -93,7 +96,7 @@ def preemption_storm(base: Path) -> Result:
                                                            time.time() - t0)
             return res
         counters = _storm_counters(before, _engine_counters(rig), time.time() - t0)
-        res.extra["shed_first"] = any(i.kind == "preemption_storm" and i.action == "shed"
+        res.extra["shed_first"] = any(i.kind in STORM_KINDS and i.action == "shed"
                                       for i in rig.incidents())
         res.incident, res.action = inc.kind, inc.action
         res.detected_seconds = inc.started_at.timestamp() - t0

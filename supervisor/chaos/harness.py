@@ -70,7 +70,11 @@ def chaos_policy(state: Path, **overrides: Any) -> dict[str, Any]:
         "guards": {"engine_hung": {"stall_seconds": 15, "ready_grace_seconds": 5},
                    # Floor at a quarter of what is free now: the balloon can reach it
                    # without starving the machine.
-                   "memory_floor": {"min_available_bytes": int(max(2 * GiB, avail / 4))}},
+                   "memory_floor": {"min_available_bytes": int(max(2 * GiB, avail / 4))},
+                   # The memory row times the floor's kill: a forecast step down first
+                   # would leave no engine to kill (the start is then held while memory
+                   # stays under the floor), so the forecast looks only 5 s ahead here.
+                   "memory_forecast": {"horizon_seconds": 5}},
         "sampling": {"tick_seconds": 1, "canary_after_seconds": 5,
                      "canary_timeout_seconds": 5},
         "gateway": {"port": free_port(), "hold_timeout_seconds": 300},

@@ -130,8 +130,10 @@ def memory_floor(rig: Rig) -> Result:
     """A balloon process allocates until MemAvailable is under the floor.
 
     Starved of CPU by the engine, the balloon grows at tens of MiB/s: the forecast guard
-    may see the trend first and step down gracefully; the balloon goes on to the floor
-    and the emergency kills whatever engine runs then. Both are reported.
+    could see the trend first and step down gracefully, and the floor would then be
+    crossed with no engine to kill (the start is held until memory is back), so the rig's
+    forecast looks only 5 s ahead (``chaos_policy``). A forecast step down is still
+    reported when it comes.
     """
     floor = rig.data["guards"]["memory_floor"]["min_available_bytes"]
     res = Result("memory pressure (balloon to the floor)",
