@@ -78,7 +78,10 @@ def llama_overrides(state: Path, **more: object) -> dict:
                                    "suspect_seconds": 5},
                    # A floor 2.5 GiB under what is free now: the balloon crosses it without
                    # starving the other engines of a shared box.
-                   "memory_floor": {"min_available_bytes": int(max(2 * GiB, avail - 2.5 * GiB))}},
+                   # The start after the kill waits for floor + margin: 256 MiB, as what is
+                   # free on a shared box drifts by a GiB or more over the module.
+                   "memory_floor": {"min_available_bytes": int(max(2 * GiB, avail - 2.5 * GiB)),
+                                    "start_margin_bytes": 256 * 2**20}},
         "sampling": {"tick_seconds": 1, "canary_after_seconds": 3, "canary_timeout_seconds": 4},
     }
     data.update(more)
