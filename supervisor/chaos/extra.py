@@ -17,6 +17,7 @@ from supervisor.chaos.harness import Result, Rig
 __all__ = ["database_away", "preemption_storm", "start_failure_loop"]
 
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+#: A storm going on under the shed, or back after its restore, steps down.
 STORM_KINDS = ("preemption_storm", "preemption_storm_recurring")
 
 
@@ -85,8 +86,6 @@ def preemption_storm(base: Path) -> Result:
         before = _engine_counters(rig)
         rig.start_fleet(sessions=24, max_tokens=384, long_prompt_probability=0.3)
         try:
-            # The storm going on under the shed, or back after its restore
-            # (``preemption_storm_recurring``), steps down.
             inc = rig.wait("preemption storm step down", lambda: next(
                 (i for i in rig.incidents() if i.kind in STORM_KINDS
                  and i.action == "step_down"), None), timeout=200)

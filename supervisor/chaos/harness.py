@@ -73,8 +73,10 @@ def chaos_policy(state: Path, **overrides: Any) -> dict[str, Any]:
                    "memory_floor": {"min_available_bytes": int(max(2 * GiB, avail / 4))},
                    # The memory row times the floor's kill: a forecast step down first
                    # would leave no engine to kill (the start is then held while memory
-                   # stays under the floor), so the forecast looks only 5 s ahead here.
-                   "memory_forecast": {"horizon_seconds": 5}},
+                   # stays under the floor; a 5 s horizon still stepped down first, 10 s
+                   # before the crossing), so the rig's forecast is off for a day of
+                   # each run (it ignores the trend that long after ready).
+                   "memory_forecast": {"ignore_after_ready_seconds": 86400}},
         "sampling": {"tick_seconds": 1, "canary_after_seconds": 5,
                      "canary_timeout_seconds": 5},
         "gateway": {"port": free_port(), "hold_timeout_seconds": 300},

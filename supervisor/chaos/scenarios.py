@@ -132,8 +132,8 @@ def memory_floor(rig: Rig) -> Result:
     Starved of CPU by the engine, the balloon grows at tens of MiB/s: the forecast guard
     could see the trend first and step down gracefully, and the floor would then be
     crossed with no engine to kill (the start is held until memory is back), so the rig's
-    forecast looks only 5 s ahead (``chaos_policy``). A forecast step down is still
-    reported when it comes.
+    forecast is off (``chaos_policy``). A forecast step down is still reported if one
+    comes (a rig of another policy).
     """
     floor = rig.data["guards"]["memory_floor"]["min_available_bytes"]
     res = Result("memory pressure (balloon to the floor)",
