@@ -187,7 +187,10 @@ async def test_issue_16_worker_balloon_killed_locally_and_engine_one_rung_down(
         ev = killed["rank_kill_evidence"]
         assert ev["node"] == "spark-2" and ev["mem_available_bytes"] == [3 * 2**30] * 2
         assert ev["min_available_bytes"] == 4 * 2**30
-        assert 0 < ev["killed_wall_s"] - taken_at < 1.0, (ev, taken_at)
+        # The kill is sent at the second sample under the floor (``wall_s``): within 1 s;
+        # the group is reaped after (``killed_wall_s``), which a loaded box can stretch.
+        assert 0 < ev["wall_s"] - taken_at < 1.0, (ev, taken_at)
+        assert ev["killed_wall_s"] >= ev["wall_s"]
         assert not psutil.pid_exists(old_pid) or \
             psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
         # The head: the whole engine killed and started one rung down, the worker first,
