@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["BYTES_PER_TOKEN", "PROMPT_FIELDS", "estimate_tokens", "exact_tokens"]
+__all__ = ["BYTES_PER_TOKEN", "PROMPT_FIELDS", "estimate_tokens", "exact_tokens", "tokenize_ids"]
 
 BYTES_PER_TOKEN = 4
 #: Request fields whose text reaches the model.
@@ -79,3 +79,18 @@ async def exact_tokens(client: httpx.AsyncClient, base_url: str, body: dict[str,
         return int(resp.json()["count"]) if resp.status_code == 200 else None
     except (httpx.HTTPError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
+
+
+async def tokenize_ids(client: httpx.AsyncClient, base_url: str, req: dict[str, Any],
+                       timeout_seconds: float = 5.0) -> list[int] | None:
+    """The engine's token ids for a ``/tokenize`` request (``{"model", "prompt",
+    "add_special_tokens"}`` or ``{"model", "messages", "add_generation_prompt"}``,
+    vllm/entrypoints/serve/tokenize/protocol.py), or None if it cannot say."""
+    try:
+        resp = await client.post(f"{base_url}/tokenize", json=req, timeout=timeout_seconds)
+        tokens = resp.json()["tokens"] if resp.status_code == 200 else None
+    except (httpx.HTTPError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        return None
+    return tokens

@@ -20,7 +20,8 @@ Per request, in order (each refusal in the caller's API shape, supervisor/gatewa
    comes, anything else whole. A failure before any byte reached the client is retried
    once on the engine that comes back (a non-streamed request in flight at a crash is so
    re-sent whole); a chat or text completion stream cut mid-way is resumed there
-   (supervisor/gateway/resume.py); any other stream cut ends with an error event.
+   (supervisor/gateway/resume.py), and so is an Anthropic messages or Responses stream
+   (supervisor/gateway/resume_apis.py); any other stream cut ends with an error event.
 
 A client that goes away cancels its request wherever it is: queued (it leaves the queue
 and is never sent), waiting for the engine's answer (the upstream connection is closed,
@@ -50,7 +51,8 @@ from supervisor.gateway.errors import api_error, openai_error
 from supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from supervisor.gateway.quality import AnswerWatch, agent_label
-from supervisor.gateway.resume import Resumption, plan_resumption
+from supervisor.gateway.resume import Resumption
+from supervisor.gateway.resume_apis import plan_stream
 from supervisor.gateway.streaming import (
     DROP,
     NO_SWITCH_GRACE_SECONDS,
@@ -325,7 +327,7 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
         return api_error(api, 429, str(exc), type_="rate_limit_error", code=exc.reason,
                          headers={"Retry-After": str(exc.retry_after_seconds)})
     gw.metrics.queue_wait.observe(waited)
-    plan = plan_resumption(path, body, raw) if gw.spec.resume else None
+    plan = plan_stream(path, body, raw) if gw.spec.resume else None
     watch = gw.quality.watch(agent_label(_agent_key(request), gw.key_names),
                              gw.quality.request(body)) if body else None
     try:

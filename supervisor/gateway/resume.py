@@ -36,9 +36,10 @@ Which continuation each path gets:
   counted by the new engine's ``/tokenize`` of the text sent (``add_special_tokens:
   false``), or one per content chunk if it cannot say (vLLM skips chunks whose text is
   still empty and, with speculative decoding, may put several tokens in one).
-- ``/v1/messages``, ``/v1/responses`` and every other stream: not resumed; a cut ends with
-  an error event in the API's shape (not built yet: their continuation needs the
-  request translated, item 1 of issue 14 left open).
+- ``/v1/messages`` (continued on /v1/completions from the token ids of the chat prompt
+  and of the text sent) and ``/v1/responses`` (continued natively, text-level): see
+  supervisor/gateway/resume_apis.py. Every other stream is not resumed; a cut ends it
+  with an error event in the API's shape.
 
 Not resumed, ended with a clear error event instead (a continuation would not be the
 stream the client asked for): ``n > 1`` or ``best_of``, ``logprobs`` / ``top_logprobs``
@@ -56,13 +57,18 @@ import json
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from supervisor.gateway.prompt import exact_tokens
+from supervisor.gateway.sse import Dialect, StreamState, events
 
 if TYPE_CHECKING:
     from supervisor.gateway.metrics import GatewayMetrics
 
-__all__ = ["Resumption", "ResumptionLog", "StreamTap", "plan_resumption"]
+__all__ = ["Resumption", "ResumptionLog", "StreamTap", "openai_cut", "plan_resumption"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +100,24 @@ class Resumption:
     """Whether the last continuation was token-level (the engine sent the ids)."""
     continuation_path: str = ""
     """Where the last continuation goes: chat token-level goes to /v1/completions."""
+    dialect: Dialect | None = None
+    """The client's API, where it is not OpenAI's (its stream's cuts and rewriting)."""
+    continues_as_self: bool = True
+    """Whether the continuation's stream comes in the client's API shape (False: an
+    Anthropic messages stream continued on /v1/completions)."""
+
+    async def build(self, tap: StreamTap, client: httpx.AsyncClient,
+                    base_url: str) -> bytes | None:
+        """The continuation's body for the engine at ``base_url`` (None: it cannot be
+        built; the stream ends with an error event). Text-level continuations count
+        the text sent with the engine's ``/tokenize``."""
+        state = tap.state()
+        counted = None
+        if not (self.token_level and state.prompt_ids is not None and state.ids):
+            counted = await exact_tokens(client, base_url, {
+                "model": self.body.get("model"), "prompt": state.text,
+                "add_special_tokens": False}) if state.text else 0
+        return self.continuation(tap, counted)
 
     def refusal(self, tap: StreamTap, resumes: int, limit: int) -> str | None:
         """Why this cut stream is not resumed (None: resume it)."""
@@ -188,33 +212,17 @@ def plan_resumption(path: str, body: dict[str, Any], raw: bytes) -> Resumption |
     return Resumption(path, body, upstream, token_level=token_level)
 
 
-@dataclass
-class StreamState:
-    """What the client has been sent, parsed from the SSE events (at a cut only)."""
-
-    text: str = ""
-    tokens: int = 0
-    ids: list[int] = field(default_factory=list)
-    prompt_ids: list[int] | None = None
-    tool_call: bool = False
-    reasoning: bool = False
-    choices: int = 1
-    id: str | None = None
-    created: int | None = None
-
-
-def _events(data: bytes) -> list[dict[str, Any]]:
-    out = []
-    for event in data.split(b"\n\n"):
-        for line in event.split(b"\n"):
-            if line.startswith(b"data: {") or line.startswith(b"data:{"):
-                try:
-                    obj = json.loads(line[5:])
-                except ValueError:
-                    continue
-                if isinstance(obj, dict):
-                    out.append(obj)
-    return out
+def openai_cut(out: bytes) -> int:
+    """Where an OpenAI stream's cut starts in ``out`` (whole events), or -1: the engine's
+    error event or an ``abort`` finish."""
+    cut = out.find(_ERROR_EVENT)
+    for abort in _ABORT:
+        at = out.find(abort)
+        if at >= 0:
+            start = out.rfind(b"\n\n", 0, at)
+            at = 0 if start < 0 else start + 2
+            cut = at if cut < 0 else min(cut, at)
+    return cut
 
 
 class StreamTap:
@@ -228,8 +236,11 @@ class StreamTap:
     (its id, no second role chunk, no second prompt ids, usage summed).
     """
 
-    def __init__(self, *, record: bool) -> None:
+    def __init__(self, *, record: bool, dialect: Dialect | None = None) -> None:
         self.record = record
+        self.dialect = dialect
+        """Another API's stream (Anthropic messages, Responses): its cuts, state and
+        rewriting; None: OpenAI chat and text completions."""
         self.sent = bytearray()
         self.engine_error: bytes | None = None
         self.done = False
@@ -250,27 +261,33 @@ class StreamTap:
             self._pending = data
             return b""
         out, self._pending = data[:end + 2], data[end + 2:]
-        cut = out.find(_ERROR_EVENT)
-        for abort in _ABORT:
-            at = out.find(abort)
-            if at >= 0:
-                start = out.rfind(b"\n\n", 0, at)
-                at = 0 if start < 0 else start + 2
-                cut = at if cut < 0 else min(cut, at)
+        # A continuation of another API may come in OpenAI's shape (messages: a
+        # /v1/completions stream): its cuts are found in the shape it comes in.
+        reader = self.dialect if self._plan is None or self._plan.continues_as_self \
+            else None
+        if reader is not None:
+            out, self._pending = reader.hold(out, self._pending)
+        cut = openai_cut(out) if reader is None else reader.cut(out)
         if cut >= 0:
             self.engine_error = out[cut:]
             out = out[:cut]
         if self._plan is not None:
-            out = self._rewrite(out)
-        if _DONE in out:
+            out = self._rewrite(out) if self.dialect is None else \
+                self.dialect.rewrite(self, out)
+        if (_DONE in out) if self.dialect is None else self.dialect.finished(out):
             self.done = True
         self.sent += out
         return out
 
     def state(self) -> StreamState:
         """What the client has, parsed from everything sent."""
+        if self.dialect is not None:
+            s = self.dialect.state(events(bytes(self.sent)))
+            if self.counted is not None:
+                s.tokens = self.counted
+            return s
         s = StreamState()
-        for ev in _events(bytes(self.sent)):
+        for ev in events(bytes(self.sent)):
             s.id = s.id or ev.get("id")
             s.created = s.created or ev.get("created")
             if isinstance(ev.get("prompt_token_ids"), list) and s.prompt_ids is None:
@@ -314,6 +331,8 @@ class StreamTap:
         self._base_tokens = self._base.tokens
         self._plan = plan
         self._pending = b""
+        if self.dialect is not None:
+            self.dialect.begin(self._base)
         self.engine_error = None
         self.done = False
 

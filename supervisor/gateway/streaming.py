@@ -23,7 +23,6 @@ from starlette.responses import Response, StreamingResponse
 
 from supervisor.gateway.errors import sse_error
 from supervisor.gateway.paths import Api
-from supervisor.gateway.prompt import exact_tokens
 from supervisor.gateway.quality import AnswerWatch
 from supervisor.gateway.resume import Resumption, StreamTap
 
@@ -76,7 +75,8 @@ class _Stream:
         self.headers, self.query = headers, query
         self.outcome = "ok"
         self.closed = False
-        self.tap = StreamTap(record=plan is not None and plan.unsupported is None)
+        self.tap = StreamTap(record=plan is not None and plan.unsupported is None,
+                             dialect=None if plan is None else plan.dialect)
         self.cut: str | None = None
 
     async def close(self, final: str | None = None) -> None:
@@ -195,14 +195,9 @@ async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
     """Send the continuation; on failure wait for the engine again (within the hold
     timeout). None: it never answered with a stream."""
     deadline = time.monotonic() + gw.spec.hold_timeout_seconds
-    counted = None
-    state = tap.state()
-    if not (plan.token_level and state.prompt_ids is not None and state.ids):
-        text = state.text
-        counted = await exact_tokens(gw.client, gw.base_url, {
-            "model": plan.body.get("model"), "prompt": text, "add_special_tokens": False}) \
-            if text else 0
-    raw = plan.continuation(tap, counted)
+    raw = await plan.build(tap, gw.client, gw.base_url)
+    if raw is None:
+        return None
     for _ in range(_CONTINUATION_TRIES):
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             resp = await send_upstream(gw, "POST", plan.continuation_path, query, raw,

