@@ -20,12 +20,16 @@ __all__ = ["Admission", "Rejected"]
 
 
 class Rejected(Exception):
-    """The request is not admitted. ``reason`` is ``queue_full`` or ``queue_timeout``;
-    ``retry_after_seconds`` is the hint for the client's Retry-After header."""
+    """The request is not admitted. ``reason`` is ``queue_full``, ``queue_timeout`` or
+    ``gateway_stopping``; ``retry_after_seconds`` is the hint for the client's
+    Retry-After header; ``status`` the HTTP status (429, or 503 for a gateway that
+    stops)."""
 
-    def __init__(self, reason: str, retry_after_seconds: int, message: str) -> None:
+    def __init__(self, reason: str, retry_after_seconds: int, message: str, *,
+                 status: int = 429) -> None:
         self.reason = reason
         self.retry_after_seconds = retry_after_seconds
+        self.status = status
         super().__init__(message)
 
 
@@ -115,6 +119,18 @@ class Admission:
         """Grant slots again, oldest waiter first."""
         self.held = False
         self._wake()
+
+    def refuse_queued(self, why: str) -> int:
+        """Every queued request is refused now (503, ``gateway_stopping``: ``why``) instead
+        of waiting for a slot that will not come; returns how many."""
+        refused = 0
+        while self._queue:
+            waiter = self._queue.popleft()
+            self.queued_bytes -= waiter.body_bytes
+            if not waiter.future.done():
+                waiter.future.set_exception(Rejected("gateway_stopping", 5, why, status=503))
+                refused += 1
+        return refused
 
     async def drained(self, timeout_seconds: float) -> bool:
         """Wait until no request is in flight; False if ``timeout_seconds`` passed first."""

@@ -30,9 +30,11 @@ A gateway its supervisor started (``--owner supervisor``) outlives that supervis
 crash, restart or upgrade (the next one attaches), but not the end of its state
 directory: once its control socket's path is gone or names another file, no supervisor
 can reach it again, so it drains and exits 0 as at SIGTERM (checked every
-``WATCH_SECONDS``). With ``gateway.orphan_timeout_seconds`` set, it does the same after
-that long without a word from any supervisor on the control socket. systemd's gateway
-(``--owner external``) does neither: its unit owns the socket and its life.
+``WATCH_SECONDS``); requests queued while it was held get a 503 (``gateway_stopping``,
+Retry-After 5) at once, since no supervisor will release them. With
+``gateway.orphan_timeout_seconds`` set, it does the same after that long without a word
+from any supervisor on the control socket. systemd's gateway (``--owner external``) does
+neither: its unit owns the socket and its life.
 """
 
 from __future__ import annotations
@@ -267,6 +269,11 @@ class GatewayProcess:
             self._stop.clear()
             self._handover = False
         watch.cancel()
+        if self._orphan:                         # no supervisor will ever release them
+            refused = self.gw.admission.refuse_queued(
+                f"the gateway is stopping: {self._orphan}; retry against the new one")
+            logger.warning("gateway refused %d queued requests (503): %s", refused,
+                           self._orphan)
         await server.stop()
         follow = asyncio.get_running_loop().create_task(self._follow_successor())
         await self.gw.drain()                    # stop accepting, let connections end

@@ -324,7 +324,8 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
     except Rejected as exc:
         gw.metrics.rejections.labels(exc.reason).inc()
         gw.metrics.requests.labels("rejected").inc()
-        return api_error(api, 429, str(exc), type_="rate_limit_error", code=exc.reason,
+        return api_error(api, exc.status, str(exc), type_="rate_limit_error" if
+                         exc.status == 429 else "server_error", code=exc.reason,
                          headers={"Retry-After": str(exc.retry_after_seconds)})
     gw.metrics.queue_wait.observe(waited)
     plan = plan_stream(path, body, raw) if gw.spec.resume else None

@@ -14,6 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -134,6 +136,40 @@ def test_issue_14_owned_gateway_no_supervisor_speaks_to_exits_after_the_bound(
         assert proc.wait(60) == 0
         assert "no supervisor spoke on its control socket" in path.with_name(
             "gateway.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
+
+
+def test_issue_14_requests_held_by_an_orphaned_gateway_get_a_503_at_once(
+        tmp_path: Path, engine: tuple[subprocess.Popen[bytes], int]) -> None:
+    """Held for a switch no supervisor will end: refused at once, not after the drain
+    timeout (30 s here) or the hold timeout."""
+    path = _policy(tmp_path / "owned", engine[1], drain_timeout_seconds=30)
+    proc = _gateway(path, "supervisor")
+    state = path.parent / "state"
+    try:
+        assert control(state, "POST", "/control/hold", {"reason": "switch"})[0] == 200
+        with httpx.Client(timeout=60) as c:
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+            result: list[httpx.Response] = []
+            sender = threading.Thread(target=lambda: result.append(
+                c.post(gateway_url(path) + "/v1/chat/completions", json=body)))
+            sender.start()
+            wait("the request held", lambda: control(state, "GET", "/control/state")[1]
+                 .get("load", {}).get("requests_queued") == 1)
+            t0 = time.monotonic()
+            shutil.rmtree(state)
+            sender.join(60)
+            took = time.monotonic() - t0
+        (r,) = result
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "gateway_stopping"
+        assert r.headers["retry-after"] == "5"
+        print(f"held request refused {took:.1f} s after the state directory went")
+        assert took < 25                     # the drain timeout is 30 s
+        assert proc.wait(60) == 0
     finally:
         if proc.poll() is None:
             proc.terminate()
