@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from supervisor.gateway.prompt import exact_tokens
-from supervisor.gateway.sse import Dialect, StreamState, events
+from supervisor.gateway.sse import Dialect, StreamState, add_sent, events
 
 if TYPE_CHECKING:
     from supervisor.gateway.metrics import GatewayMetrics
@@ -380,13 +380,7 @@ class StreamTap:
                 continue
             if "choices" in ev:
                 ev["choices"] = keep
-            usage = ev.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                sent = self._base_tokens
-                usage["completion_tokens"] += sent
-                if isinstance(usage.get("prompt_tokens"), int):
-                    usage["prompt_tokens"] = max(0, usage["prompt_tokens"] - sent)
-                    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+            add_sent(ev.get("usage"), self._base_tokens, "completion_tokens", "prompt_tokens")
             out.append(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
         return b"".join(out)
 

@@ -41,7 +41,7 @@ import httpx
 from supervisor.gateway.prompt import exact_tokens
 from supervisor.gateway.resume import Resumption, StreamTap, plan_resumption
 from supervisor.gateway.resume_messages import MESSAGES, plan_messages
-from supervisor.gateway.sse import Dialect, StreamState, event_data, split_events
+from supervisor.gateway.sse import Dialect, StreamState, add_sent, event_data, split_events
 
 __all__ = ["RESPONSES", "ResponsesDialect", "plan_stream"]
 
@@ -228,10 +228,4 @@ class ResponsesDialect(Dialect):
         for item in response.get("output") or ():
             if isinstance(item, dict):
                 self._prefix_item(item)
-        usage = response.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("output_tokens"), int):
-            sent = base.tokens
-            usage["output_tokens"] += sent
-            if isinstance(usage.get("input_tokens"), int):
-                usage["input_tokens"] = max(0, usage["input_tokens"] - sent)
-                usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+        add_sent(response.get("usage"), base.tokens, "output_tokens", "input_tokens")

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from supervisor.gateway.resume import StreamTap
 
-__all__ = ["Dialect", "StreamState", "event_data", "events", "split_events", "sse_event"]
+__all__ = ["Dialect", "StreamState", "add_sent", "event_data", "events", "split_events",
+           "sse_event"]
 
 
 @dataclass
@@ -48,6 +49,16 @@ def events(data: bytes) -> list[dict[str, Any]]:
                 if isinstance(obj, dict):
                     out.append(obj)
     return out
+
+
+def add_sent(usage: Any, sent: int, output: str, prompt: str) -> None:
+    """A continuation's ``usage`` as the whole stream's: the ``sent`` tokens move from
+    its prompt count (``prompt`` key) to its output count (``output`` key)."""
+    if isinstance(usage, dict) and isinstance(usage.get(output), int):
+        usage[output] += sent
+        if isinstance(usage.get(prompt), int):
+            usage[prompt] = max(0, usage[prompt] - sent)
+            usage["total_tokens"] = usage[prompt] + usage[output]
 
 
 def split_events(out: bytes) -> list[bytes]:
