@@ -22,8 +22,18 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint setup clean chromium promtool lock
 
-setup: $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json $(MODELS)/BUILD.json \
-	$(LLAMACPP)/BUILD.json
+# llama-server's build (CPU-bound: about 7 min on 2 cores) needs only .venv, so `setup`
+# runs it beside the engine environment and the demo models (mostly downloads and
+# unpacking) with -j2; --output-sync prints each step's output whole when it ends.
+LLAMA_SERVER := $(LLAMACPP)/bin/llama-server
+GGUF_MODELS := $(LLAMACPP)/.models-converted
+SETUP_STEPS := $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json \
+	$(MODELS)/BUILD.json $(LLAMA_SERVER) $(GGUF_MODELS)
+
+setup:
+	@$(MAKE) --no-print-directory -q $(SETUP_STEPS) 2>/dev/null || { \
+	  echo "setup: building in two lanes (make -j2); each step's output is printed when it ends"; \
+	  $(MAKE) --no-print-directory -j2 --output-sync=target $(SETUP_STEPS); }
 
 # The development environment is exactly requirements-dev.lock (what CI tests with); the
 # project itself goes on top without resolving anything again. `make lock` rewrites the
@@ -54,12 +64,18 @@ $(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
 $(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json
 	$(SUP) demo-models $(MODELS) --engine-python $(ENGINE_VENV)/bin/python
 
-# llama-server built from the llama.cpp that llama-cpp-python's sdist vendors, and the demo
-# models as GGUF; the command skips what BUILD.json says is already built.
-$(LLAMACPP)/BUILD.json: supervisor/demo/llamacpp.py supervisor/demo/gguf_convert.py \
-		$(MODELS)/BUILD.json
+# llama-server built from the llama.cpp that llama-cpp-python's sdist vendors, then the demo
+# models as GGUF; the command skips what .llamacpp/BUILD.json says is already built. Both
+# steps write BUILD.json, so make goes by the binary and a marker of its own.
+$(LLAMA_SERVER): supervisor/demo/llamacpp.py | $(VENV)/.installed
+	$(SUP) engine-env --kind llama_cpp --path $(LLAMACPP) --server-only
+	touch $@
+
+$(GGUF_MODELS): supervisor/demo/llamacpp.py supervisor/demo/gguf_convert.py \
+		$(MODELS)/BUILD.json $(LLAMA_SERVER)
 	$(SUP) engine-env --kind llama_cpp --path $(LLAMACPP) --models $(MODELS) \
 		--engine-python $(ENGINE_VENV)/bin/python
+	touch $@
 
 demo: setup
 	$(SUP) run --policy $(DEMO_POLICY_$(ENGINE))

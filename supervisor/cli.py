@@ -186,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="where to build it (default: .engine-venv, or .llamacpp for llama_cpp)")
     env.add_argument("--models", type=Path, default=Path(".demo-models"),
                      help="llama_cpp: the demo models to convert to GGUF (skipped if absent)")
+    env.add_argument("--server-only", action="store_true",
+                     help="llama_cpp: build llama-server and convert no models (`make` builds "
+                     "it while the engine environment and the demo models are made)")
     env.add_argument("--engine-python", type=Path, default=Path(".engine-venv/bin/python"),
                      help="llama_cpp: the Python that runs the GGUF converter (it has torch)")
 

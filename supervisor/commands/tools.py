@@ -105,7 +105,8 @@ def engine_env(args: argparse.Namespace) -> int:
     if args.kind == "llama_cpp":
         from supervisor.demo.llamacpp import build_llama_cpp
 
-        models = args.models.resolve() if (args.models / "target").is_dir() else None
+        models = (args.models.resolve() if not args.server_only
+                  and (args.models / "target").is_dir() else None)
         report = build_llama_cpp((args.path or Path(".llamacpp")).resolve(), models=models,
                                  engine_python=args.engine_python.absolute())
         print(f"llama-server: {' '.join(report.get('version', []))}; models: "

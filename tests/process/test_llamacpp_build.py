@@ -40,3 +40,18 @@ def test_an_sdist_with_another_hash_is_refused(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setattr(llamacpp, "_run", lambda step, argv, **kw: None)
     with pytest.raises(SetupError, match="is not the pinned"):
         llamacpp._fetch_source(tmp_path)
+
+
+def test_server_only_converts_no_models(tmp_path: Path) -> None:
+    """`make setup` builds llama-server beside the demo models with --server-only: the
+    command must not convert a models directory that is there (perhaps half built)."""
+    if not (LLAMACPP / "BUILD.json").exists():
+        pytest.fail("no .llamacpp/BUILD.json: run `make setup` first")
+    (tmp_path / "target").mkdir()              # a demo build under way: no config.json yet
+    before = json.loads((LLAMACPP / "BUILD.json").read_text())
+    out = subprocess.run([sys.executable, "-m", "supervisor", "engine-env", "--kind",
+                          "llama_cpp", "--path", str(LLAMACPP), "--server-only",
+                          "--models", str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert "up to date" in out.stderr and "convert" not in out.stderr
+    assert json.loads((LLAMACPP / "BUILD.json").read_text()) == before
