@@ -91,8 +91,15 @@ promtool:
 		{ $(SUDO) apt-get update -q && \
 		  $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
+# tests/unit and tests/property are pure code (no engine, no subprocess, no fixed port):
+# they run on both cores (pytest-xdist), then the rest of tests/ one test at a time (a busy
+# CPU engine starves whatever runs beside it). Both runs always run; make fails if either did.
+PURE_TESTS := tests/unit tests/property
 test: setup chromium promtool
-	$(VENV)/bin/pytest
+	status=0; \
+	$(VENV)/bin/pytest -n 2 $(PURE_TESTS) || status=$$?; \
+	$(VENV)/bin/pytest $(PURE_TESTS:%=--ignore=%) || status=$$?; \
+	exit $$status
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
