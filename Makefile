@@ -22,9 +22,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint setup clean chromium promtool lock
 
-# llama-server's build (CPU-bound: about 7 min on 2 cores) needs only .venv, so `setup`
-# runs it beside the engine environment and the demo models (mostly downloads and
-# unpacking) with -j2; --output-sync prints each step's output whole when it ends.
+# llama-server's build (CPU-bound: about 6 min on 2 cores) needs only .venv, so `setup`
+# runs it beside the engine environment (downloads and unpacking) with -j2; --output-sync
+# prints each step's output whole when it ends. The demo models come after the build:
+# torch's training threads and the compiler slow each other several-fold on 2 cores
+# (measured: the demo models 55 s alone, 390 s beside the build).
 LLAMA_SERVER := $(LLAMACPP)/bin/llama-server
 GGUF_MODELS := $(LLAMACPP)/.models-converted
 SETUP_STEPS := $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json \
@@ -61,7 +63,8 @@ lock:
 $(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
 	$(SUP) engine-env --path $(ENGINE_VENV)
 
-$(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json
+$(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json \
+		$(LLAMA_SERVER)
 	$(SUP) demo-models $(MODELS) --engine-python $(ENGINE_VENV)/bin/python
 
 # llama-server built from the llama.cpp that llama-cpp-python's sdist vendors, then the demo
