@@ -20,7 +20,7 @@ DEMO_POLICY_llama_cpp := policies/cpu-demo-llamacpp.yaml
 # The browser tests (tests/browser/) drive Debian's Chromium; CI runs `make test` as root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint setup clean chromium promtool lock
+.PHONY: demo test lint setup setup-steps clean chromium promtool lock
 
 # llama-server's build (CPU-bound: about 6 min on 2 cores) needs only .venv, so `setup`
 # runs it beside the engine environment (downloads and unpacking) with -j2; --output-sync
@@ -35,7 +35,10 @@ SETUP_STEPS := $(VENV)/.installed $(ENGINE_VENV)/.supervisor-engine-env.json \
 setup:
 	@$(MAKE) --no-print-directory -q $(SETUP_STEPS) 2>/dev/null || { \
 	  echo "setup: building in two lanes (make -j2); each step's output is printed when it ends"; \
-	  $(MAKE) --no-print-directory -j2 --output-sync=target $(SETUP_STEPS); }
+	  $(MAKE) --no-print-directory -j2 --output-sync=target setup-steps; }
+
+# One goal for the sub-make, so the steps already done are not each said to be up to date.
+setup-steps: $(SETUP_STEPS)
 
 # The development environment is exactly requirements-dev.lock (what CI tests with); the
 # project itself goes on top without resolving anything again. `make lock` rewrites the
