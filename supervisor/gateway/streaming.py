@@ -144,9 +144,9 @@ class _Stream:
                 nxt = await _resume_upstream(gw, plan, self.tap, self.headers, self.query)
                 gw.resumptions.record(plan, self.tap, ok=nxt is not None,
                                       waited=time.monotonic() - t0)
-                if nxt is None:
-                    yield self._end("the engine did not come back in time: retry the "
-                                    "request")
+                if nxt is None:                  # build() says why it could not continue
+                    yield self._end(plan.unsupported or "the engine did not come back in "
+                                    "time: retry the request")
                     return
                 self.up = nxt
                 self.tap.continue_with(plan)
