@@ -134,6 +134,8 @@ class ResponsesDialect(Dialect):
         self._seq = 0
 
     def cut(self, out: bytes) -> int:
+        if not any(k in out for k in (b"error", b"response.failed", b"response.completed")):
+            return -1                            # every delta: no JSON parsed
         at = 0
         for event in split_events(out):
             ev = event_data(event) or {}

@@ -122,12 +122,16 @@ class MessagesDialect(Dialect):
         self._ended = False
 
     def hold(self, out: bytes, pending: bytes) -> tuple[bytes, bytes]:
+        if b"content_block_stop" not in out:    # every delta: no JSON parsed
+            return out, pending
         parts = split_events(out)
         if parts and (event_data(parts[-1]) or {}).get("type") == "content_block_stop":
             return b"".join(parts[:-1]), parts[-1] + pending
         return out, pending
 
     def cut(self, out: bytes) -> int:
+        if b"error" not in out and b"message_delta" not in out:   # every delta: no parse
+            return -1
         at, parts = 0, split_events(out)
         for i, event in enumerate(parts):
             ev = event_data(event) or {}
