@@ -36,9 +36,6 @@ import copy
 import json
 from typing import Any
 
-import httpx
-
-from supervisor.gateway.prompt import exact_tokens
 from supervisor.gateway.resume import Resumption, StreamTap, plan_resumption
 from supervisor.gateway.resume_messages import MESSAGES, plan_messages
 from supervisor.gateway.sse import Dialect, StreamState, add_sent, event_data, split_events
@@ -84,7 +81,8 @@ def _plan_responses(body: dict[str, Any], raw: bytes) -> Resumption:
 
 
 class _ResponsesResumption(Resumption):
-    """A Responses stream continued natively, text-level."""
+    """A Responses stream continued natively, text-level (``Resumption.build`` counts
+    the text sent with the engine's /tokenize and calls ``continuation``)."""
 
     def continuation(self, tap: StreamTap, tokens_sent: int | None = None) -> bytes:
         state = tap.state()
@@ -110,14 +108,6 @@ class _ResponsesResumption(Resumption):
             body["max_output_tokens"] = max(1, body["max_output_tokens"] - state.tokens)
         self.continuation_path = RESPONSES
         return json.dumps(body).encode()
-
-    async def build(self, tap: StreamTap, client: httpx.AsyncClient,
-                    base_url: str) -> bytes | None:
-        text = tap.state().text
-        counted = await exact_tokens(client, base_url, {
-            "model": self.body.get("model"), "prompt": text,
-            "add_special_tokens": False}) if text else 0
-        return self.continuation(tap, counted)
 
 
 #: The continuation's opening events, dropped (the client has its own).
