@@ -84,7 +84,7 @@ class KillMidStream:
 
 
 class ThrottledKill:
-    """Slow the EngineCore of ``api_pid`` (SIGSTOP 130 ms, SIGCONT 20 ms, from arming on)
+    """Slow the EngineCore of ``api_pid`` (SIGSTOP 130 ms, SIGCONT 5 ms, from arming on)
     until ``kill()``, then SIGKILL it. For an Anthropic messages stream: that API has no
     ``ignore_eos``, and the tiny model's answer (32 tokens) is over in a tenth of a second,
     so a timed kill lands before or after it; slowed, the client reads a few deltas and
@@ -101,7 +101,7 @@ class ThrottledKill:
             os.kill(self.core, signal.SIGSTOP)
             time.sleep(0.13)
             os.kill(self.core, signal.SIGCONT)
-            time.sleep(0.02)
+            time.sleep(0.005)
 
     def kill(self) -> None:
         self.stop.set()
@@ -231,9 +231,18 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
                     killer.kill()
             return "".join(pieces), s.get_final_message()
     ref_text, ref_msg = messages_stream()
-    killer = ThrottledKill(run4.pid)
-    got_text, got_msg = messages_stream(killer)
-    svc.ready_runs(5)
+    # The kill races the API server, which may have the whole answer queued before the
+    # slowed EngineCore is killed (seen once in three runs): then nothing was cut, the
+    # engine restarts all the same, and the cut is tried again on the next run.
+    run, runs = run4, 4
+    for _ in range(3):
+        got_text, got_msg = messages_stream(ThrottledKill(run.pid))
+        runs += 1
+        run = [r for r in svc.ready_runs(runs) if r.ready_at][-1]
+        assert got_text == ref_text
+        if metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
+                       'outcome="resumed",path="/v1/messages"}') == 1:
+            break
     print(f"resumed messages: {got_text!r} against {ref_text!r}; usage {got_msg.usage}")
     assert metric(svc, 'supervisor_gateway_resumptions_total{continuation="text",'
                        'outcome="resumed",path="/v1/messages"}') == 1
