@@ -179,7 +179,10 @@ def test_llamacpp_4_sigterm_ignored_escalates_to_sigkill(rig: Rig) -> None:
     os.kill(run.pid, signal.SIGSTOP)
     rig.action("step-down")
     rig.wait("SIGKILL escalation", lambda: _escalations(rig) > escalations)
-    new = rig.ready_run(after=t0)
+    # The stopped run itself may have started inside ready_run's 0.5 s of slack (test 3's
+    # successor, ready 0.1-0.7 s after its spawn): it is not the new run (CI failure:
+    # "draft4 -> draft4", the stopped run read back as its own successor).
+    new = rig.ready_run(after=t0, besides=run.run_id)
     rig.start_fleet(sessions=4)
     old = next(r for r in rig.runs() if r.run_id == run.run_id)
     print(f"\nSIGTERM ignored: {old.mode} -> {new.mode}, sigterm_ignored {old.sigterm_ignored}")
