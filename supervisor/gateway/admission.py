@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from supervisor.policy_guards import GatewayLimits
 
-__all__ = ["Admission", "Rejected"]
+__all__ = ["Admission", "Rejected", "Slot"]
 
 
 class Rejected(Exception):
@@ -39,6 +39,22 @@ class _Waiter:
     prompt_tokens: int
     deadline_s: float
     body_bytes: int = 0
+
+
+class Slot:
+    """One slot ``Admission.acquire`` gave, given back once by ``aclose`` (a stream
+    closes it when it ends, whichever way it ends)."""
+
+    __slots__ = ("_admission", "_held", "_prompt_tokens")
+
+    def __init__(self, admission: Admission, prompt_tokens: int) -> None:
+        self._admission, self._prompt_tokens, self._held = admission, prompt_tokens, True
+
+    async def aclose(self) -> None:
+        """Give the slot back (again: nothing)."""
+        if self._held:
+            self._held = False
+            self._admission.give_back(self._prompt_tokens)
 
 
 class Admission:
@@ -167,9 +183,9 @@ class Admission:
             self._idle.set()
         self._wake()
 
-    @asynccontextmanager
-    async def slot(self, prompt_tokens: int = 0, body_bytes: int = 0) -> AsyncIterator[float]:
-        """Hold one slot for the body of the ``async with``; yields the seconds queued.
+    async def acquire(self, prompt_tokens: int = 0, body_bytes: int = 0) -> float:
+        """Take one slot, queuing for it if need be; returns the seconds queued. Give it
+        back with ``give_back(prompt_tokens)`` (``Slot`` does it once).
 
         Raises Rejected when the queue is full (in requests or bytes) or the wait times
         out. Cancelled while queued (the client left): the request leaves the queue and
@@ -178,43 +194,54 @@ class Admission:
         t0 = time.monotonic()
         if self._free() and not self._queue:
             self._grant(prompt_tokens)
-        else:
-            bound = self.max_held if self.held else self.max_queue
-            if bound is not None and len(self._queue) >= bound:
-                why = "held while the engine is switched" if self.held else "queued"
-                raise Rejected("queue_full", 1, f"{self.in_flight} requests in flight and "
-                               f"{len(self._queue)} {why}: the limit is {bound}")
-            if self.max_queued_bytes is not None and \
-                    self.queued_bytes + body_bytes > self.max_queued_bytes:
-                raise Rejected("queue_bytes", 1, f"the queued requests' bodies hold "
-                               f"{self.queued_bytes} bytes: the limit is "
-                               f"{self.max_queued_bytes}")
-            timeout = self.hold_timeout_seconds if self.held else self.limits.queue_timeout_seconds
-            waiter = _Waiter(asyncio.get_running_loop().create_future(), prompt_tokens,
-                             t0 + timeout, body_bytes)
-            self._queue.append(waiter)
-            self.queued_bytes += body_bytes
-            try:
-                while not waiter.future.done():
-                    left = waiter.deadline_s - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(waiter.future), left)
-            except TimeoutError:
-                waiter.future.cancel()
-                self._remove(waiter)
-                waited = time.monotonic() - t0
-                raise Rejected("queue_timeout", max(1, int(timeout // 4)),
-                               f"no slot within {waited:.0f} s") from None
-            except asyncio.CancelledError:
-                if waiter.future.done() and not waiter.future.cancelled():
-                    self._done(prompt_tokens)
-                waiter.future.cancel()
-                self._remove(waiter)
-                raise
+            return 0.0
+        bound = self.max_held if self.held else self.max_queue
+        if bound is not None and len(self._queue) >= bound:
+            why = "held while the engine is switched" if self.held else "queued"
+            raise Rejected("queue_full", 1, f"{self.in_flight} requests in flight and "
+                           f"{len(self._queue)} {why}: the limit is {bound}")
+        if self.max_queued_bytes is not None and \
+                self.queued_bytes + body_bytes > self.max_queued_bytes:
+            raise Rejected("queue_bytes", 1, f"the queued requests' bodies hold "
+                           f"{self.queued_bytes} bytes: the limit is "
+                           f"{self.max_queued_bytes}")
+        timeout = self.hold_timeout_seconds if self.held else self.limits.queue_timeout_seconds
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), prompt_tokens,
+                         t0 + timeout, body_bytes)
+        self._queue.append(waiter)
+        self.queued_bytes += body_bytes
         try:
-            yield time.monotonic() - t0
+            while not waiter.future.done():
+                left = waiter.deadline_s - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(waiter.future), left)
+        except TimeoutError:
+            waiter.future.cancel()
+            self._remove(waiter)
+            waited = time.monotonic() - t0
+            raise Rejected("queue_timeout", max(1, int(timeout // 4)),
+                           f"no slot within {waited:.0f} s") from None
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self._done(prompt_tokens)
+            waiter.future.cancel()
+            self._remove(waiter)
+            raise
+        return time.monotonic() - t0
+
+    def give_back(self, prompt_tokens: int = 0) -> None:
+        """Give back a slot ``acquire`` gave (the next queued request takes it)."""
+        self._done(prompt_tokens)
+
+    @asynccontextmanager
+    async def slot(self, prompt_tokens: int = 0, body_bytes: int = 0) -> AsyncIterator[float]:
+        """``acquire`` for the body of the ``async with`` (yields the seconds queued),
+        then ``give_back``. Raises as ``acquire`` does."""
+        waited = await self.acquire(prompt_tokens, body_bytes)
+        try:
+            yield waited
         finally:
             self._done(prompt_tokens)
 

@@ -15,6 +15,14 @@ every tick under ``LimitNOFILE=1024``, and a 200 MiB header growing the process 
   ``client_header_timeout``): then the connection is closed.
 
 The parser is unchanged (llhttp through httptools, C speed on the hot path).
+
+It also tells a proxied request that its client left: a request's task put in its scope
+under ``CLIENT_TASK`` is cancelled when the connection is lost before the response is
+complete, with ``CLIENT_GONE`` set in the scope (uvicorn itself only makes ``receive``
+answer ``http.disconnect``, and its ``send`` drops what a gone client would have got).
+That replaces a task per request listening on ``receive`` (Starlette's
+``StreamingResponse`` runs one per stream as well): two task switches and a cancel that
+every request paid for.
 """
 
 from __future__ import annotations
@@ -26,10 +34,15 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["BoundedHttpToolsProtocol", "CoalescingTransport", "bounded_protocol",
-           "connection_limit"]
+__all__ = ["CLIENT_GONE", "CLIENT_TASK", "BoundedHttpToolsProtocol", "CoalescingTransport",
+           "bounded_protocol", "connection_limit"]
 
 logger = logging.getLogger(__name__)
+
+#: Scope key: the task serving a request, cancelled if its client leaves mid-way.
+CLIENT_TASK = "supervisor.client_task"
+#: Scope key, set True when that task was cancelled because the client left.
+CLIENT_GONE = "supervisor.client_gone"
 
 
 def connection_limit(configured: int) -> int:
@@ -133,6 +146,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         if self._turned_away:
             return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            task = cycle.scope.get(CLIENT_TASK)
+            if task is not None and not task.done():
+                cycle.scope[CLIENT_GONE] = True         # type: ignore[typeddict-unknown-key]
+                task.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

@@ -14,7 +14,6 @@ import socket
 import time
 from collections.abc import Callable
 
-import aiohttp
 import httpx
 from prometheus_client import CollectorRegistry
 
@@ -26,13 +25,18 @@ from supervisor.gateway.proxy import GatewayApp
 from supervisor.gateway.quality import Quality
 from supervisor.gateway.resume import ResumptionLog
 from supervisor.gateway.streaming import NO_SWITCH_GRACE_SECONDS
+from supervisor.gateway.upstream import Upstream
 from supervisor.policy import Policy
 from supervisor.sense.gateway_load import GatewayLoad
 from supervisor.serve import AppServer
 
-__all__ = ["Gateway"]
+__all__ = ["UPSTREAM_CONNECT_SECONDS", "Gateway"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds to open a connection to the engine (on one box it is refused or made at once;
+#: a SIGSTOPped engine's kernel still accepts, so this is not where a hang shows).
+UPSTREAM_CONNECT_SECONDS = 5.0
 
 
 class Gateway:
@@ -71,8 +75,9 @@ class Gateway:
         self._ready = asyncio.Event()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
         """For the occasional side request (/tokenize)."""
-        self.upstream: aiohttp.ClientSession | None = None
-        """The proxied traffic's client: opened in ``start`` (it needs the running loop)."""
+        self.upstream: Upstream | None = None
+        """The proxied traffic's client (supervisor/gateway/upstream.py): made in
+        ``start``, in the loop that serves."""
         self.app = GatewayApp(self)
         self._server: AppServer | None = None
 
@@ -137,6 +142,8 @@ class Gateway:
         self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
+        if self.upstream is not None:
+            self.upstream.read_timeout_seconds = self.spec.upstream_timeout_seconds
         self.quality.repeat_units = self.spec.degenerate_repeat_units
         self.quality.keep(self.spec.sample_request_shapes)
         self.admission.shed_factor = policy.hysteresis.shed_factor
@@ -208,11 +215,9 @@ class Gateway:
     async def start(self, sockets: list[socket.socket] | None = None) -> None:
         """Serve on ``gateway.host:port`` in the running loop (or on ``sockets``, already
         listening). Raises OSError if the port cannot be bound."""
-        self.upstream = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, connect=5.0,
-                                          sock_read=self.spec.upstream_timeout_seconds),
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
-            auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
+        self.upstream = Upstream(self.policy.engine.host, self.policy.engine.port,
+                                 connect_timeout_seconds=UPSTREAM_CONNECT_SECONDS,
+                                 read_timeout_seconds=self.spec.upstream_timeout_seconds)
         limit = connection_limit(self.spec.max_connections)
         protocol = bounded_protocol(max_connections=limit,
                                     max_header_bytes=self.spec.max_header_bytes,

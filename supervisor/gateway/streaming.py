@@ -14,29 +14,32 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import aiohttp
-from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
+from supervisor.gateway.admission import Slot
 from supervisor.gateway.errors import sse_error
 from supervisor.gateway.paths import Api
 from supervisor.gateway.quality import AnswerWatch
 from supervisor.gateway.resume import Resumption, StreamTap
+from supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
     from supervisor.gateway.server import Gateway
 
-__all__ = ["DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS", "response_headers",
-           "send_upstream", "stream_response"]
+__all__ = ["DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS", "StreamResponse",
+           "WholeResponse", "response_headers", "send_upstream", "stream_response"]
 
 logger = logging.getLogger(__name__)
 
-#: Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy recomputes.
+#: Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy recomputes; ``expect``
+#: too: the gateway has read the whole body before it sends anything upstream.
 DROP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding",
-                  "te", "trailer", "upgrade", "proxy-authorization", "proxy-authenticate"})
+                  "te", "trailer", "upgrade", "proxy-authorization", "proxy-authenticate",
+                  "expect"})
+_DROP_RAW = frozenset(h.encode() for h in DROP)
 #: While a cut stream waits for the next engine: an SSE comment this often (seconds), so
 #: clients and proxies with idle timeouts keep the connection (SSE: lines starting with
 #: ":" are comments, ignored by the OpenAI and Anthropic SDKs' decoders).
@@ -49,26 +52,67 @@ _KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue
 
 
 async def send_upstream(gw: Gateway, method: str, path: str, query: str, raw: bytes,
-                        headers: dict[str, str]) -> aiohttp.ClientResponse:
-    """One request to the engine; raises aiohttp.ClientError or TimeoutError."""
-    assert gw.upstream is not None, "Gateway.start() opens the upstream session"
-    url = gw.base_url + path + (f"?{query}" if query else "")
+                        headers: dict[str, str]) -> UpstreamResponse:
+    """One request to the engine; raises UpstreamError or TimeoutError."""
+    assert gw.upstream is not None, "Gateway.start() opens the upstream connections"
+    target = f"{path}?{query}" if query else path
     t0 = time.monotonic()
-    resp = await gw.upstream.request(method, url, data=raw, headers=headers)
+    resp = await gw.upstream.request(method, target, raw, headers)
     gw.metrics.upstream_latency.observe(time.monotonic() - t0)
     return resp
 
 
-def response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
-    """The engine's response headers for the client (hop-by-hop ones dropped)."""
-    return {k: v for k, v in resp.headers.items() if k.lower() not in DROP}
+def response_headers(resp: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    """The engine's response headers for the client, as ASGI wants them (hop-by-hop
+    ones dropped)."""
+    return [(k, v) for k, v in resp.headers if k not in _DROP_RAW]
+
+
+class WholeResponse:
+    """A whole answer as two ASGI messages: what Starlette's ``Response`` sends, without
+    building and checking its headers again (they come from the engine's answer)."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status, self.body = status, body
+        self.headers = [*headers, (b"content-length", b"%d" % len(body))]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+class StreamResponse:
+    """A stream as ASGI messages, one per piece ``body`` yields (uvicorn sends each as a
+    chunk of its chunked encoding). Unlike Starlette's ``StreamingResponse`` it runs no
+    task to listen for the client's disconnect: the gateway's connection protocol
+    cancels the request's task when its client goes (supervisor/gateway/connections.py),
+    which ends ``body`` with CancelledError. ``supervisor_close``: what closes the stream
+    if its body never ran."""
+
+    __slots__ = ("body", "headers", "status", "supervisor_close")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]],
+                 body: AsyncIterator[bytes], close: Callable[[str | None], Awaitable[None]]
+                 ) -> None:
+        self.status, self.headers, self.body = status, headers, body
+        self.supervisor_close = close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": self.headers})
+        async for piece in self.body:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _Stream:
     """One client's stream: the upstream response now read, the slot, the outcome."""
 
-    def __init__(self, gw: Gateway, api: Api, resp: aiohttp.ClientResponse,
-                 slot: AsyncExitStack | None, plan: Resumption | None,
+    def __init__(self, gw: Gateway, api: Api, resp: UpstreamResponse,
+                 slot: Slot | None, plan: Resumption | None,
                  headers: dict[str, str], query: str, watch: AnswerWatch | None) -> None:
         self.gw, self.api, self.up, self.slot, self.plan = gw, api, resp, slot, plan
         self.watch = watch
@@ -94,7 +138,7 @@ class _Stream:
         """The current upstream's events; sets ``cut`` when it is cut short."""
         tap, self.cut = self.tap, None
         try:
-            async for chunk in self.up.content.iter_any():
+            async for chunk in self.up.iter_any():
                 if self.watch is not None:
                     self.watch.feed_sse(chunk)
                 out = tap.feed(chunk)
@@ -106,7 +150,7 @@ class _Stream:
             else:
                 if not (tap.done or not tap.record):
                     self.cut = "the end of the stream before [DONE]"
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             self.cut = exc.__class__.__name__
         self.up.close()
 
@@ -157,17 +201,13 @@ class _Stream:
             await self.close()
 
 
-def stream_response(gw: Gateway, api: Api, resp: aiohttp.ClientResponse,
-                    slot: AsyncExitStack | None, plan: Resumption | None,
-                    headers: dict[str, str], query: str,
-                    watch: AnswerWatch | None = None) -> Response:
+def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | None,
+                    plan: Resumption | None, headers: dict[str, str], query: str,
+                    watch: AnswerWatch | None = None) -> StreamResponse:
     """The client's streaming response for the engine's ``resp`` (``plan``: how to
     continue it after a cut, or None; ``watch``: supervisor/gateway/quality.py)."""
     stream = _Stream(gw, api, resp, slot, plan, headers, query, watch)
-    response = StreamingResponse(stream.body(), status_code=resp.status,
-                                 headers=response_headers(resp))
-    response.supervisor_close = stream.close  # type: ignore[attr-defined]
-    return response
+    return StreamResponse(resp.status, response_headers(resp), stream.body(), stream.close)
 
 
 async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
@@ -191,7 +231,7 @@ async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
 
 
 async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
-                           headers: dict[str, str], query: str) -> aiohttp.ClientResponse | None:
+                           headers: dict[str, str], query: str) -> UpstreamResponse | None:
     """Send the continuation; on failure wait for the engine again (within the hold
     timeout). None: it never answered with a stream."""
     deadline = time.monotonic() + gw.spec.hold_timeout_seconds
@@ -199,7 +239,7 @@ async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
     if raw is None:
         return None
     for _ in range(_CONTINUATION_TRIES):
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        with contextlib.suppress(UpstreamError, TimeoutError):
             resp = await send_upstream(gw, "POST", plan.continuation_path, query, raw,
                                        headers)
             if resp.status == 200 and resp.content_type == "text/event-stream":

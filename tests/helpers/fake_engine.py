@@ -148,7 +148,8 @@ class Handler(BaseHTTPRequestHandler):
                      "model": "fake-model", "choices": [{"index": 0, "delta": {
                          "content": word + " "}, "finish_reason": None}]}
             self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
-            time.sleep(state["delay"])
+            if not self._wait_or_abort(state["delay"]):
+                return
         end = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake-model",
                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
         self._chunk(f"data: {json.dumps(end)}\n\n".encode())

@@ -168,6 +168,31 @@ async def test_issue_17_a_client_that_leaves_cancels_its_request_upstream(
         assert rig.metric('supervisor_gateway_requests_total{outcome="upstream_error"}') == 0
 
 
+async def test_issue_14_a_client_that_leaves_mid_stream_ends_its_request_upstream(
+        tmp_path: Path) -> None:
+    """The gateway's connection protocol cancels the request when its client goes
+    (no task listens for it): the engine's connection is closed (it aborts the
+    request), the slot comes back, and it counts as client_disconnected."""
+    modes = [{"name": "fast", "gateway": {"max_concurrency": 1, "max_queue": 4}}]
+    async with Rig(tmp_path, modes=modes,
+                   engine_args=("--tokens", "40", "--token-delay", "0.1")) as rig:
+        async with httpx.AsyncClient(timeout=30) as c, \
+                c.stream("POST", rig.url + "/v1/chat/completions",
+                         json=chat(stream=True)) as r:
+            lines = r.aiter_lines()
+            while not (await anext(lines)).startswith("data: {"):
+                pass                                     # one event read, then gone
+        await asyncio.sleep(1.0)
+        seen = httpx.get(f"http://127.0.0.1:{rig.policy.engine.port}/debug/seen").json()
+        assert seen["aborted"] == 1                    # the engine stopped working for nobody
+        assert rig.gw.admission.in_flight == 0
+        assert rig.metric('supervisor_gateway_requests_total{outcome="client_disconnected"}') == 1
+        assert rig.metric('supervisor_gateway_requests_total{outcome="upstream_error"}') == 0
+        async with httpx.AsyncClient(timeout=30) as c:
+            again = await c.post(rig.url + "/v1/chat/completions", json=chat())
+        assert again.status_code == 200
+
+
 async def test_issue_17_a_header_that_never_ends_is_cut_at_the_cap(tmp_path: Path) -> None:
     async with Rig(tmp_path) as rig:
         port = rig.policy.gateway.port
