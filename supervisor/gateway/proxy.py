@@ -56,7 +56,6 @@ from supervisor.gateway.resume import Resumption
 from supervisor.gateway.resume_apis import plan_stream
 from supervisor.gateway.streaming import (
     DROP,
-    NO_SWITCH_GRACE_SECONDS,
     StreamResponse,
     WholeResponse,
     response_headers,
@@ -389,15 +388,31 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
 
 
 async def _crashed(gw: Gateway, epoch: int) -> bool:
-    """After a 5xx answer to an admitted request: whether the engine was switched
-    (vLLM answers 500 to the requests it holds when its EngineCore dies, before the
-    supervisor has seen the crash: wait the short grace for a hold). A healthy engine's
-    own 500 costs that grace once and is passed on."""
-    deadline = asyncio.get_running_loop().time() + NO_SWITCH_GRACE_SECONDS
+    """After a 5xx answer to an admitted request: whether it came from an engine going
+    down, which then came back (the request is sent again) or not.
+
+    vLLM answers 500 to the requests it holds when its EngineCore dies, before the
+    supervisor has seen the crash; its /health then answers 503 (``EngineDeadError``,
+    vllm PR #24897) and nothing once the API server has exited (0.6-0.7 s later on the
+    CPU engine, shared/CPU_ENGINE.md). So /health is asked every ``HEALTH_POLL_SECONDS``:
+    a hold (the supervisor's switch) or /health failing means a crash, and the request
+    waits for the next engine; /health answering 200 for ``HEALTHY_500_SECONDS`` means
+    the engine's own 500, passed on (it waited the whole ``NO_SWITCH_GRACE_SECONDS``
+    before)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HEALTHY_500_SECONDS
     while not gw.switched(epoch):
-        if asyncio.get_running_loop().time() >= deadline:
+        if not await gw.engine_healthy():
+            return await gw.wait_engine(epoch)
+        if gw.switched(epoch):
+            break
+        if loop.time() >= deadline:
             return False
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(HEALTH_POLL_SECONDS)
     return await gw.wait_ready()
 
 
+#: /health answering 200 this long after a 5xx: the engine's own error (seconds).
+HEALTHY_500_SECONDS = 1.5
+#: How often /health is asked meanwhile (seconds).
+HEALTH_POLL_SECONDS = 0.25

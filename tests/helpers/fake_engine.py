@@ -119,6 +119,19 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(body.get("max_tokens"), int):
             words = words[:body["max_tokens"]]
         state["chats"] += 1
+        if state["die_at"] and state["chats"] == state["die_at"]:
+            # vLLM when its EngineCore dies: 500 to the requests it holds
+            # (vllm/v1/engine/exceptions.py EngineDeadError), then the API server exits
+            # 0 about 0.6 s later (shared/CPU_ENGINE.md).
+            time.sleep(0.3)
+            state["core_dead"] = True                    # /health: 503 from now on
+            self._send(500, json.dumps({"error": {
+                "message": "EngineCore encountered an issue. See stack trace (above) for "
+                           "the root cause.", "type": "InternalServerError",
+                "code": 500}}).encode())
+            self.wfile.flush()
+            threading.Timer(0.6, os._exit, (0,)).start()
+            return
         if state["fail_every"] and state["chats"] % state["fail_every"] == 0:
             self._send(500, json.dumps({"error": {"message": "Failed to parse tool call "
                                         "arguments as JSON", "type": "InternalServerError",
@@ -288,6 +301,8 @@ def main() -> None:
                    help="every chat word is this one (a degenerate answer when repeated)")
     p.add_argument("--null-content", action="store_true",
                    help="chat answers stop with content null (vllm #45736)")
+    p.add_argument("--die-with-500-at", type=int, default=0,
+                   help="the Nth chat request gets vLLM's EngineDeadError 500, then exit 0")
     p.add_argument("--fail-every", type=int, default=0,
                    help="every Nth chat request answers 500 with a tool parser error")
     p.add_argument("--balloon-mb", type=int, default=0,
@@ -304,6 +319,7 @@ def main() -> None:
     state["break_after"] = args.break_stream_after
     state["word"], state["null_content"] = args.word, args.null_content
     state["fail_every"], state["chats"] = args.fail_every, 0
+    state["die_at"] = args.die_with_500_at
     if args.bad_flag:
         print("error: unrecognized arguments: --bad-flag", flush=True)
         sys.exit(2)

@@ -18,6 +18,7 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from supervisor.gateway.proxy import HEALTHY_500_SECONDS
 from supervisor.gateway.server import Gateway
 from tests.conftest import FAKE_ENGINE, fake_engine_policy
 
@@ -71,6 +72,11 @@ class Rig:
             if line.startswith(text + " "):
                 return float(line.split()[-1])
         return 0.0
+
+
+def engine_saw(rig: Rig) -> list[list[str]]:
+    """The (method, path) pairs the stand-in engine was sent, oldest first."""
+    return httpx.get(f"http://127.0.0.1:{rig.policy.engine.port}/debug/seen").json()["seen"]
 
 
 def chat(content: str = "hello there", **kw) -> dict:
@@ -173,6 +179,38 @@ async def test_non_streaming_request_lost_in_a_crash_is_retried_once(tmp_path: P
         r = await req
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "w0 w1"
         assert rig.metric("supervisor_gateway_retries_total") == 1
+
+
+async def test_issue_14_a_crash_500_with_no_hold_is_sent_again_on_the_next_engine(
+        tmp_path: Path) -> None:
+    """vLLM answers 500 to a request it holds when its EngineCore dies and exits 0.6 s
+    later; no supervisor holds the gateway (away, or its tick not yet run). /health no
+    longer answering says it was a crash: the request waits and goes to the next engine
+    (it used to wait 3 s for a hold that never came, then pass the 500 on)."""
+    async with Rig(tmp_path, engine_args=("--die-with-500-at", "1")) as rig, \
+            httpx.AsyncClient(timeout=30) as c:
+        req = asyncio.create_task(c.post(rig.url + "/v1/chat/completions", json=chat()))
+        await asyncio.to_thread(rig.engine.wait, 10)         # the engine has exited
+        await asyncio.sleep(1.0)                             # and is started again
+        rig.engine = start_engine(rig.policy.engine.port, "--tokens", "2")
+        r = await req
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "w0 w1"
+        assert rig.metric("supervisor_gateway_retries_total") == 1
+
+
+async def test_issue_14_a_healthy_engines_own_500_is_passed_on_once(tmp_path: Path) -> None:
+    """/health answering 200 throughout: the engine's own 500 goes to the client, sent
+    once, after HEALTHY_500_SECONDS of asking (a lower bound only: a busy box is slow)."""
+    async with Rig(tmp_path, engine_args=("--fail-every", "1")) as rig, \
+            httpx.AsyncClient(timeout=30) as c:
+        t0 = time.monotonic()
+        r = await c.post(rig.url + "/v1/chat/completions", json=chat())
+        waited = time.monotonic() - t0
+        print(f"\nthe engine's own 500 passed on after {waited:.2f} s")
+        assert r.status_code == 500 and "parse" in r.json()["error"]["message"]
+        assert waited >= HEALTHY_500_SECONDS
+        assert [p for _, p in engine_saw(rig) if p != "/tokenize"] == ["/v1/chat/completions"]
+        assert rig.metric("supervisor_gateway_retries_total") == 0
 
 
 async def test_a_stream_broken_mid_way_ends_with_an_sse_error_event(tmp_path: Path) -> None:

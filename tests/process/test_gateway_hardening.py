@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import FAKE_ENGINE, ROOT, free_port
-from tests.process.test_gateway import Rig, chat
+from tests.process.test_gateway import Rig, chat, engine_saw
 
 
 async def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
@@ -39,10 +39,6 @@ async def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, b
 def post_head(path: bytes, length: int, extra: bytes = b"") -> bytes:
     return (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             + extra + b"Content-Length: " + str(length).encode() + b"\r\n\r\n")
-
-
-def engine_saw(rig: Rig) -> list[list[str]]:
-    return httpx.get(f"http://127.0.0.1:{rig.policy.engine.port}/debug/seen").json()["seen"]
 
 
 async def test_issue_17_engine_admin_paths_never_reach_the_engine(tmp_path: Path) -> None:
