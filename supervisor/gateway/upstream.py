@@ -38,13 +38,20 @@ from typing import cast
 
 import httptools
 
-__all__ = ["IDLE_SECONDS", "Upstream", "UpstreamError", "UpstreamResponse"]
+__all__ = ["IDLE_SECONDS", "RESEND_WINDOW_SECONDS", "Upstream", "UpstreamError",
+           "UpstreamResponse"]
 
 logger = logging.getLogger(__name__)
 
 #: Seconds a kept-alive connection may sit idle and still be reused (the engines close
 #: theirs at 5 s: module docstring).
 IDLE_SECONDS = 2.0
+#: A kept connection lost this soon after a request was written, with no byte of answer,
+#: is taken for one the engine closed while idle (the request was not read) and the
+#: request is sent once more on a new connection; any later loss, or any answer at all,
+#: is an UpstreamError: the engine may have read it, and a generation must not run twice
+#: (aiohttp sent again on a kept connection only idempotent methods).
+RESEND_WINDOW_SECONDS = 0.1
 #: Body bytes buffered for a reader that does not keep up before the engine's socket is
 #: paused (resumed under half of it): memory stays bounded for a slow client.
 _HIGH_WATER = 1 << 20
@@ -52,6 +59,12 @@ _HIGH_WATER = 1 << 20
 
 class UpstreamError(Exception):
     """The engine could not be reached, or its response broke or did not parse."""
+
+
+class _NotRead(UpstreamError):
+    """A kept connection closed, with not a byte of answer, within
+    ``RESEND_WINDOW_SECONDS`` of the request being written: the engine had closed it
+    (idle) and never read the request, which may then be sent once more."""
 
 
 class UpstreamResponse:
@@ -178,6 +191,9 @@ class _Connection(asyncio.Protocol):
         self._complete = False
         self._paused = False
         self._interim = False
+        self._until_close = False
+        self._sent_at = 0.0
+        self._answered = False
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -189,6 +205,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
+        self._answered = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -200,8 +217,16 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.pool.forget(self)
-        if not self._complete:
-            why = f": {exc}" if exc is not None else ""
+        if self._complete:
+            return
+        if self._until_close and exc is None and self._response is not None:
+            self.on_message_complete()      # the close ends such a body (RFC 9112 6.3 #8)
+            return
+        why = f": {exc}" if exc is not None else ""
+        if not self._answered and self.loop.time() - self._sent_at < RESEND_WINDOW_SECONDS:
+            self._fail(_NotRead(f"the engine closed a kept connection as the request was "
+                                f"sent{why}"))
+        else:
             self._fail(UpstreamError(f"the engine closed the connection before the end of "
                                      f"its response{why}"))
 
@@ -217,6 +242,13 @@ class _Connection(asyncio.Protocol):
             self._headers = []
             return
         self.keep_alive = self.parser.should_keep_alive()
+        # Neither a length nor chunked: the body runs until the engine closes (RFC 9112
+        # section 6.3, rule 8; httptools has no finish() to learn of the EOF itself).
+        names = {name for name, _ in self._headers}
+        self._until_close = status not in (204, 304) and b"content-length" not in names \
+            and b"transfer-encoding" not in names
+        if self._until_close:
+            self.keep_alive = False
         response = UpstreamResponse(self, status, self._headers)
         self._response = response
         head, self._head = self._head, None
@@ -242,8 +274,9 @@ class _Connection(asyncio.Protocol):
         """Write one whole request; the future resolves at the response's headers."""
         assert self.transport is not None
         self._headers, self._response, self._complete = [], None, False
+        self._until_close = self._answered = False
         self._head = self.loop.create_future()
-        self._last_read = self.loop.time()
+        self._last_read = self._sent_at = self.loop.time()
         self._timer = self.loop.call_at(self._last_read + read_timeout, self._check_read,
                                         read_timeout)
         self.transport.write(data)
@@ -332,10 +365,10 @@ class Upstream:
         if conn is not None:
             try:
                 return await self._exchange(conn, method, data)
-            except UpstreamError:
-                # A kept connection the engine closed as it was taken (its keep-alive
-                # timeout, or a restart): the engine never read the request. Once more
-                # on a new connection, which fails as it should if the engine is gone.
+            except _NotRead:
+                # A kept connection the engine closed as the request went out (its
+                # keep-alive timeout, or a restart): once more on a new connection,
+                # which fails as it should if the engine is gone.
                 logger.debug("kept connection to the engine was closed; reconnecting")
         return await self._exchange(await self._connect(), method, data)
 
