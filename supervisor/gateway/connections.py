@@ -34,8 +34,8 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["CLIENT_GONE", "CLIENT_TASK", "BoundedHttpToolsProtocol", "CoalescingTransport",
-           "bounded_protocol", "connection_limit"]
+__all__ = ["CLIENT_GONE", "CLIENT_TASK", "CLIENT_TRANSPORT", "BoundedHttpToolsProtocol",
+           "CoalescingTransport", "bounded_protocol", "connection_limit"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 CLIENT_TASK = "supervisor.client_task"
 #: Scope key, set True when that task was cancelled because the client left.
 CLIENT_GONE = "supervisor.client_gone"
+#: Scope key: the client's transport, which a stream writes its pieces to directly
+#: (supervisor/gateway/streaming.py ``StreamResponse``).
+CLIENT_TRANSPORT = "supervisor.client_transport"
 
 
 def connection_limit(configured: int) -> int:
@@ -97,6 +100,10 @@ class CoalescingTransport:
         pending, self._pending = self._pending, []
         if pending and not self._transport.is_closing():
             self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes not yet sent (asked once per event of a stream: no ``__getattr__``)."""
+        return int(self._transport.get_write_buffer_size())
 
     def close(self) -> None:
         """Send what is pending, then close."""
@@ -185,6 +192,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_headers = False
         self._header_bytes = 0
         self._disarm()
+        self.scope[CLIENT_TRANSPORT] = self.transport   # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
 
 

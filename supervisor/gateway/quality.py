@@ -47,9 +47,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 from supervisor.gateway.prompt import BYTES_PER_TOKEN, estimate_tokens
 
-__all__ = ["BLOCK_CHARS", "MAX_UNIT_CHARS", "PROMPT_UNIT_REPEATS", "AnswerWatch", "Quality",
-           "RepeatRun", "agent_label", "answer_problem", "json_object", "prompt_text",
-           "request_shape"]
+__all__ = ["BLOCK_CHARS", "MAX_UNIT_CHARS", "PROMPT_UNIT_REPEATS", "WATCH_BATCH_BYTES",
+           "AnswerWatch", "Quality", "RepeatRun", "agent_label", "answer_problem",
+           "json_object", "prompt_text", "request_shape"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ BLOCK_CHARS = 256
 MAX_BLOCKS = 50_000
 #: The longest repeated unit judged (characters): one token, or a few.
 MAX_UNIT_CHARS = 16
+#: Stream bytes the answer watch reads at once (about 25 of vLLM's chat chunks): a
+#: degenerate run of hundreds of tokens is still seen within one batch of its start.
+WATCH_BATCH_BYTES = 8192
 #: A unit that the prompt itself repeats this many times in a row was asked for.
 PROMPT_UNIT_REPEATS = 3
 _ASKS_REPETITION = re.compile(r"repeat|repetit|over and over|again and again|verbatim|"
@@ -299,31 +302,42 @@ class AnswerWatch:
     def __init__(self, quality: Quality, agent: str, prompt: str) -> None:
         self.q, self.agent, self.prompt = quality, agent, prompt
         self.run = RepeatRun(quality.repeat_units)
-        self._pending = b""
+        self._pending = bytearray()
         self._content = False
         self._tool = False
         self._stopped = False
         self.done = False
 
     def feed_sse(self, chunk: bytes) -> None:
-        """Some bytes of an SSE stream (events may be split across chunks)."""
-        data = self._pending + chunk if self._pending else chunk
+        """Some bytes of an SSE stream (events may be split across chunks). Read in
+        batches of ``WATCH_BATCH_BYTES`` (and at ``flush``): one JSON parse for a batch
+        of events instead of one each (this runs for every token of every stream)."""
+        self._pending += chunk
+        if len(self._pending) >= WATCH_BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Read the whole events fed so far (``end_stream`` does it too)."""
+        data = self._pending
         end = data.rfind(b"\n\n")
         if end < 0:
-            self._pending = data[-1_000_000:]
+            if len(data) > 1_000_000:                # one event that never ends
+                del data[:-1_000_000]
             return
-        self._pending = data[end + 2:]
-        for line in data[:end].split(b"\n"):
-            if line.startswith(b"data:") and b"{" in line[:7]:
-                self._event(line[5:])
-
-    def _event(self, raw: bytes) -> None:
+        lines = [line[5:] for line in bytes(data[:end]).split(b"\n")
+                 if line.startswith(b"data:") and b"{" in line[:7]]
+        del data[:end + 2]
+        if not lines:
+            return
         try:
-            ev = json.loads(raw)
-        except ValueError:
-            return
-        if not isinstance(ev, dict):
-            return
+            events = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:                       # one bad event must not hide the rest
+            events = [json_object(line.strip()) for line in lines]
+        for ev in events:
+            if isinstance(ev, dict):
+                self._event(ev)
+
+    def _event(self, ev: dict[str, Any]) -> None:
         err = ev.get("error")
         if err is not None and _PARSER.search(json.dumps(err)):
             self._problem("parser_error")
@@ -358,6 +372,7 @@ class AnswerWatch:
     def end_stream(self) -> None:
         """The stream ended: a chat stream that stopped with neither content nor a tool
         call is ``content_null``."""
+        self.flush()
         if self._stopped and not self._content and not self._tool:
             self._problem("content_null")
 

@@ -15,11 +15,12 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
 from supervisor.gateway.admission import Slot
+from supervisor.gateway.connections import CLIENT_TRANSPORT
 from supervisor.gateway.errors import sse_error
 from supervisor.gateway.paths import Api
 from supervisor.gateway.quality import AnswerWatch
@@ -29,8 +30,9 @@ from supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 if TYPE_CHECKING:
     from supervisor.gateway.server import Gateway
 
-__all__ = ["DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS", "StreamResponse",
-           "WholeResponse", "response_headers", "send_upstream", "stream_response"]
+__all__ = ["CLIENT_HIGH_WATER", "DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS",
+           "ChunkWriter", "StreamResponse", "WholeResponse", "response_headers",
+           "send_upstream", "stream_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ KEEPALIVE_SECONDS = 5.0
 #: within a tick or two, so wait this long before asking the engine itself whether it
 #: serves (the supervisor may be away: its gateway outlives it).
 NO_SWITCH_GRACE_SECONDS = 3.0
+#: A client's unsent bytes past which the engine's stream is no longer read (bytes).
+CLIENT_HIGH_WATER = 256 * 1024
 _KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue\n\n"
 
 
@@ -85,27 +89,62 @@ class WholeResponse:
 
 
 class StreamResponse:
-    """A stream as ASGI messages, one per piece ``body`` yields (uvicorn sends each as a
-    chunk of its chunked encoding). Unlike Starlette's ``StreamingResponse`` it runs no
-    task to listen for the client's disconnect: the gateway's connection protocol
-    cancels the request's task when its client goes (supervisor/gateway/connections.py),
-    which ends ``body`` with CancelledError. ``supervisor_close``: what closes the stream
-    if its body never ran."""
+    """A stream: its head as an ASGI message, then every piece written straight to the
+    client's transport as a chunk of HTTP/1.1 chunked encoding, from the engine
+    connection's read callback (``UpstreamResponse.pass_to``), then the end as an ASGI
+    message (uvicorn writes the last chunk and completes its cycle).
 
-    __slots__ = ("body", "headers", "status", "supervisor_close")
+    Why not ASGI messages for the pieces (Starlette's ``StreamingResponse`` before):
+    each piece then cost a task switch, three async generators and uvicorn's ``send``;
+    a stream's events are the gateway's hottest path (one per token per agent).
+    Measured against a canned upstream: see supervisor/gateway/upstream.py's figures.
+    The client's transport is the one the gateway's connection protocol puts in the
+    scope (``CLIENT_TRANSPORT``, supervisor/gateway/connections.py). No task listens for
+    the client's disconnect either: that protocol cancels the request's task, which ends
+    the stream with CancelledError. ``supervisor_close``: what closes the stream if its
+    body never ran."""
+
+    __slots__ = ("headers", "pump", "status", "supervisor_close")
 
     def __init__(self, status: int, headers: list[tuple[bytes, bytes]],
-                 body: AsyncIterator[bytes], close: Callable[[str | None], Awaitable[None]]
-                 ) -> None:
-        self.status, self.headers, self.body = status, headers, body
+                 pump: Callable[[ChunkWriter], Awaitable[None]],
+                 close: Callable[[str | None], Awaitable[None]]) -> None:
+        self.status, self.headers, self.pump = status, headers, pump
         self.supervisor_close = close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = scope.get(CLIENT_TRANSPORT)
+        if transport is None:
+            raise RuntimeError("a gateway stream needs the gateway's connection protocol "
+                               "(supervisor/gateway/connections.py)")
         await send({"type": "http.response.start", "status": self.status,
                     "headers": self.headers})
-        async for piece in self.body:
-            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await self.pump(ChunkWriter(transport))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ChunkWriter:
+    """Writes pieces to a client's transport as chunks of HTTP/1.1 chunked encoding
+    (RFC 9112 section 7.1: size in hex, CRLF, data, CRLF), as uvicorn's ``send`` does
+    for a response without a length."""
+
+    __slots__ = ("transport",)
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+
+    def __call__(self, piece: bytes) -> None:
+        if piece and not self.transport.is_closing():
+            self.transport.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+
+    def behind(self) -> bool:
+        """Whether the client has more than ``CLIENT_HIGH_WATER`` bytes not yet sent."""
+        return bool(self.transport.get_write_buffer_size() > CLIENT_HIGH_WATER)
+
+    def caught_up(self) -> bool:
+        """Whether the client is down to a quarter of that (or gone)."""
+        return self.transport.is_closing() or \
+            bool(self.transport.get_write_buffer_size() <= CLIENT_HIGH_WATER // 4)
 
 
 class _Stream:
@@ -129,43 +168,73 @@ class _Stream:
         if self.closed:
             return
         self.closed = True
+        if self.watch is not None:
+            self.watch.flush()                    # what came before an early end
         self.gw.metrics.requests.labels(final or self.outcome).inc()
         self.up.close()
         if self.slot is not None:
             await self.slot.aclose()
 
-    async def _pass_on(self) -> AsyncIterator[bytes]:
-        """The current upstream's events; sets ``cut`` when it is cut short."""
-        tap, self.cut = self.tap, None
+    async def _pass_on(self, write: ChunkWriter) -> None:
+        """The current upstream's events, each passed on as it comes (in the engine
+        connection's read callback); sets ``cut`` when the stream is cut short."""
+        tap, watch, self.cut = self.tap, self.watch, None
+        up = self.up
+
+        def piece(chunk: bytes) -> None:
+            if self.cut is not None:
+                return
+            if watch is not None:
+                watch.feed_sse(chunk)
+            out = tap.feed(chunk)
+            if out:
+                write(out)
+                self._backpressure(write)
+            if tap.engine_error is not None:
+                self.cut = "an error event from the engine"
+                up.close()
+
+        up.pass_to(piece)
         try:
-            async for chunk in self.up.iter_any():
-                if self.watch is not None:
-                    self.watch.feed_sse(chunk)
-                out = tap.feed(chunk)
-                if out:
-                    yield out
-                if tap.engine_error is not None:
-                    self.cut = "an error event from the engine"
-                    break
-            else:
-                if not (tap.done or not tap.record):
-                    self.cut = "the end of the stream before [DONE]"
+            await up.wait_end()
+            if self.cut is None and not (tap.done or not tap.record):
+                self.cut = "the end of the stream before [DONE]"
         except (UpstreamError, TimeoutError) as exc:
-            self.cut = exc.__class__.__name__
-        self.up.close()
+            if self.cut is None:
+                self.cut = exc.__class__.__name__
+        up.close()
+
+    def _backpressure(self, write: ChunkWriter) -> None:
+        """A client that does not keep up: stop reading the engine until its transport
+        has sent most of what waits (polled every 20 ms: uvicorn keeps its flow control
+        to itself)."""
+        if not write.behind():
+            return
+        up = self.up
+        up.pause()
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            if self.closed:
+                return
+            if write.caught_up():
+                up.resume()
+            else:
+                loop.call_later(0.02, check)
+
+        loop.call_later(0.02, check)
 
     def _end(self, why: str) -> bytes:
         self.outcome = "broken_stream"
         return sse_error(self.api, f"the engine's stream broke ({self.cut}); {why}",
                          code="engine_stream_broken")
 
-    async def body(self) -> AsyncIterator[bytes]:
+    async def pump(self, write: ChunkWriter) -> None:
         """Everything the client gets, across as many engines as it takes."""
         gw, plan, resumes = self.gw, self.plan, 0
         try:
             while True:
-                async for out in self._pass_on():
-                    yield out
+                await self._pass_on(write)
                 if self.cut is None:
                     if self.watch is not None:
                         self.watch.end_stream()
@@ -176,25 +245,25 @@ class _Stream:
                 if plan is None or how is not None:
                     logger.warning("engine stream broke mid-way (%s): ending it with an "
                                    "error event%s", self.cut, f" ({how})" if how else "")
-                    yield self._end(how or "the supervisor is restarting it: retry the "
-                                    "request")
+                    write(self._end(how or "the supervisor is restarting it: retry the "
+                                    "request"))
                     return
                 logger.info("engine stream cut (%s) after %d tokens: holding it open for "
                             "the next engine", self.cut, self.tap.tokens_sent())
                 t0 = time.monotonic()
                 async for beat in _await_engine(gw, epoch_at_cut):
-                    yield beat
+                    write(beat)
                 resumes += 1
                 nxt = await _resume_upstream(gw, plan, self.tap, self.headers, self.query)
                 gw.resumptions.record(plan, self.tap, ok=nxt is not None,
                                       waited=time.monotonic() - t0)
                 if nxt is None:                  # build() says why it could not continue
-                    yield self._end(plan.unsupported or "the engine did not come back in "
-                                    "time: retry the request")
+                    write(self._end(plan.unsupported or "the engine did not come back in "
+                                    "time: retry the request"))
                     return
                 self.up = nxt
                 self.tap.continue_with(plan)
-        except (asyncio.CancelledError, GeneratorExit):
+        except asyncio.CancelledError:
             self.outcome = "client_disconnected"
             raise
         finally:
@@ -207,7 +276,7 @@ def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | 
     """The client's streaming response for the engine's ``resp`` (``plan``: how to
     continue it after a cut, or None; ``watch``: supervisor/gateway/quality.py)."""
     stream = _Stream(gw, api, resp, slot, plan, headers, query, watch)
-    return StreamResponse(resp.status, response_headers(resp), stream.body(), stream.close)
+    return StreamResponse(resp.status, response_headers(resp), stream.pump, stream.close)
 
 
 async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:

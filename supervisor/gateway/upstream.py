@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 import httptools
@@ -82,6 +82,7 @@ class UpstreamResponse:
         "_conn",
         "_done",
         "_error",
+        "_sink",
         "_waiter",
         "content_type",
         "headers",
@@ -102,10 +103,20 @@ class UpstreamResponse:
         self._done = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[bytes], None] | None = None
 
     # -- fed by the connection ---------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
+        if self._sink is not None:
+            try:
+                self._sink(data)
+            except Exception as exc:           # ends this response; wait_end raises it
+                logger.exception("gateway: passing on the engine's stream failed")
+                self._finish(exc)
+                if self._conn is not None:
+                    self._conn.abort()
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > _HIGH_WATER and self._conn is not None:
@@ -148,6 +159,36 @@ class UpstreamResponse:
             self._conn.resume()
         return data
 
+    def pass_to(self, sink: Callable[[bytes], None]) -> None:
+        """From now on give each body piece to ``sink`` as it arrives, inside the read
+        callback (no task switch a piece: the stream's hot path); what arrived before
+        goes first. ``sink`` must not block; ``wait_end`` waits for the end."""
+        if self._chunks:
+            sink(self._take())
+        self._sink = sink
+
+    async def wait_end(self) -> None:
+        """Wait until the body has ended (``pass_to``). Raises UpstreamError or
+        TimeoutError if it broke, or what ``sink`` raised."""
+        while not self._done:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    def pause(self) -> None:
+        """Stop reading from the engine (the client is behind); ``resume`` reads again."""
+        if self._conn is not None:
+            self._conn.pause()
+
+    def resume(self) -> None:
+        """Read from the engine again after ``pause``."""
+        if self._conn is not None:
+            self._conn.resume()
+
     async def iter_any(self) -> AsyncIterator[bytes]:
         """The body as it arrives: each item is everything received since the last one.
         Raises UpstreamError or TimeoutError if the response breaks."""
@@ -170,8 +211,11 @@ class UpstreamResponse:
 
     def close(self) -> None:
         """Done with the response, whole or not: one not read to its end closes its
-        connection (the engine then aborts the request)."""
+        connection (the engine then aborts the request); ``wait_end`` returns."""
+        self._sink = None
         self.release()
+        if not self._done:
+            self._finish(UpstreamError("closed before the end of the engine's response"))
 
 
 class _Connection(asyncio.Protocol):

@@ -125,3 +125,30 @@ def test_prefix_caching_is_read_from_the_argv_vllm_gets() -> None:
     data["engine"]["args"] = [a for a in data["engine"]["args"] if a != "--enable-prefix-caching"]
     policy = load_policy(yaml.safe_dump(data))
     assert prefix_caching(policy, policy.modes[0])                   # vLLM V1's default
+
+
+def _chat_event(piece: str) -> bytes:
+    """One chat chunk as vLLM 0.32.0 sends it (chat_completion/protocol.py)."""
+    return b"data: " + json.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                                   "choices": [{"index": 0, "delta": {"content": piece},
+                                                "finish_reason": None}]}).encode() + b"\n\n"
+
+
+def test_a_streamed_answer_is_read_in_batches_and_one_bad_event_hides_nothing() -> None:
+    """The watch parses a batch of events at once (WATCH_BATCH_BYTES): a degenerate
+    run split over batches and SSE chunks is still found, a malformed event between
+    good ones loses only itself, and end_stream reads what is left."""
+    q = Quality(CollectorRegistry(), repeat_units=256)
+    watch = q.watch("coder", "Summarise main.py")
+    stream = _chat_event("Sure, here it is") + b"data: {not json\n\n" + b"".join(
+        _chat_event("!") for _ in range(300))
+    for at in range(0, len(stream), 97):           # chunks that split events
+        watch.feed_sse(stream[at:at + 97])
+    assert q.degenerate_streams_total == 1         # found within the batches
+    short = Quality(CollectorRegistry(), repeat_units=8)
+    tail = short.watch("coder", "Summarise main.py")
+    for event in [_chat_event("x")] + [_chat_event("!")] * 10:     # under one batch
+        tail.feed_sse(event)
+    assert short.degenerate_streams_total == 0     # not read yet: a batch is not full
+    tail.end_stream()                              # the last, partial batch is read
+    assert short.degenerate_streams_total == 1
