@@ -1,7 +1,8 @@
 """Gateway overhead against the real CPU engine, side by side with nginx and LiteLLM.
 
-    .venv/bin/python benchmarks/gateway.py [--rounds 150] [--seconds 6] [--streams 8]
-        [--paths direct,gateway,nginx,litellm] [--compare CHECKOUT]
+    .venv/bin/python benchmarks/gateway.py [--rounds 150] [--seconds 6] [--streams 16]
+        [--tokens 300] [--paths direct,gateway,gateway@normal,nginx,litellm]
+        [--compare CHECKOUT]
 
 One process tree, one upstream: the CPU engine (the tiny Llama target, no speculation,
 the fastest mode, so proxy overhead shows), which binds its worker to a core itself; the
@@ -16,6 +17,13 @@ unless ``--paths`` leaves it out (direct is always measured: every ratio is to i
 ``--compare CHECKOUT`` adds a second gateway process run from another checkout of this
 repository (``gateway@base``), on its own state directory, interleaved with the rest: a
 change to the proxy path measured against the code before it in one run.
+
+The gateway runs as it is deployed: round-robin at real-time priority 5, the scheduling
+of the supervisor's unit, which a gateway the supervisor starts inherits, and of the
+gateway's own unit (supervisor/act/systemd.py ``SCHEDULING``); ``gateway@normal`` is
+the same gateway under the normal scheduler, beside it (both need root or
+CAP_SYS_NICE for the first: without it the row says so and runs normal). nginx and
+LiteLLM run under the normal scheduler, as their packages install them.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from supervisor.act.systemd import SCHEDULING  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 ENGINE_PY = ROOT / ".engine-venv" / "bin" / "python"
@@ -105,18 +114,32 @@ def litellm_python() -> Path:
     return exe
 
 
-def start_gateway(tmp: Path, procs: list[subprocess.Popen], engine: int, root: Path) -> int:
-    """A gateway process (``supervisor gateway``) from checkout ``root`` on core 1, its
-    state directory ``tmp``, released into rung 0; returns its port."""
+def deployed_scheduling() -> list[str]:
+    """``chrt`` words for the units' scheduling, or [] where it may not be set here."""
+    policy, priority = SCHEDULING
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(priority))
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except PermissionError:
+        print("note: no permission for a real-time class: every gateway runs normal")
+        return []
+    return ["chrt", f"--{policy}", str(priority)]
+
+
+def start_gateway(tmp: Path, procs: list[subprocess.Popen], engine: int, root: Path,
+                  scheduling: list[str]) -> int:
+    """A gateway process (``supervisor gateway``) from checkout ``root`` on core 1 under
+    ``scheduling`` (``chrt`` words), its state directory ``tmp``, released into rung 0
+    later; returns its port."""
     port = free_port()
     tmp.mkdir(mode=0o700, exist_ok=True)
     policy = {"fleet": "bench", "engine": {"executable": "vllm", "port": engine},
               "modes": [{"name": "plain"}], "gateway": {"port": port},
               "storage": {"state_directory": str(tmp)}}
     (tmp / "gw.yaml").write_text(yaml.safe_dump(policy))
-    procs.append(subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "supervisor",
-                                   "gateway", "--policy", str(tmp / "gw.yaml")], cwd=root,
-                                  start_new_session=True))
+    procs.append(subprocess.Popen([*scheduling, "taskset", "-c", "1", sys.executable, "-m",
+                                   "supervisor", "gateway", "--policy", str(tmp / "gw.yaml")],
+                                  cwd=root, start_new_session=True))
     return port
 
 
@@ -138,8 +161,11 @@ def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str],
          "--port", str(engine), "--max-model-len", "1024", "--max-num-seqs", "16",
          "--enforce-eager"], env=env, stdout=open(tmp / "engine.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT, start_new_session=True))
-    gw = start_gateway(tmp, procs, engine, ROOT)
-    base = start_gateway(tmp / "base", procs, engine, compare) if compare else 0
+    deployed = deployed_scheduling()
+    gw = start_gateway(tmp, procs, engine, ROOT, deployed)
+    normal = start_gateway(tmp / "normal", procs, engine, ROOT, []) \
+        if "gateway@normal" in names else 0
+    base = start_gateway(tmp / "base", procs, engine, compare, deployed) if compare else 0
     if "nginx" in names:
         (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, engine=engine, port=ngx))
         procs.append(subprocess.Popen(["taskset", "-c", "1", shutil.which("nginx") or "nginx",
@@ -149,12 +175,15 @@ def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str],
         start_litellm(tmp, procs, engine, lt)
     wait_http(f"http://127.0.0.1:{engine}/health")
     release_gateway(tmp)
+    if normal:
+        release_gateway(tmp / "normal")
     if compare:
         release_gateway(tmp / "base")
     if "litellm" in names:
         wait_http(f"http://127.0.0.1:{lt}/health/liveliness")
     paths = {"direct": {"url": f"http://127.0.0.1:{engine}", "headers": {}},
              "gateway": {"url": f"http://127.0.0.1:{gw}", "headers": {}},
+             "gateway@normal": {"url": f"http://127.0.0.1:{normal}", "headers": {}},
              "nginx": {"url": f"http://127.0.0.1:{ngx}", "headers": {}},
              "litellm": {"url": f"http://127.0.0.1:{lt}",
                          "headers": {"Authorization": "Bearer sk-bench"}}}
@@ -235,7 +264,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(paths: dict, rounds: int, seconds: float, streams: int,
-                  throughput_rounds: int = 3) -> None:
+                  throughput_rounds: int = 3, tokens: int = 300) -> None:
     names = list(paths)
     lat = {n: [] for n in names}
     rps = {n: [] for n in names}
@@ -254,7 +283,7 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int,
                 rps[n].append(await throughput(paths[n], 8, seconds))
         for i in range(streams):
             for n in names[i % len(names):] + names[:i % len(names)]:
-                first, rate = await stream(client, paths[n], 400)
+                first, rate = await stream(client, paths[n], tokens)
                 ttft[n].append(first)
                 tps[n].append(rate)
     d50, d99 = pct(lat["direct"], 0.5), pct(lat["direct"], 0.99)
@@ -269,20 +298,22 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int,
               f"{statistics.median(ttft[n]) * 1e3:8.1f}")
     print(f"\n{rounds} short requests per path (interleaved), {throughput_rounds} x "
           f"{seconds:g} s of 8 clients (median), "
-          f"{streams} streams of 400 tokens; proxies and client on core 1, the engine binds "
-          "its worker itself.")
+          f"{streams} streams of {tokens} tokens (median); proxies and client on core 1, the "
+          "engine binds its worker itself.")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--seconds", type=float, default=6.0)
-    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--streams", type=int, default=16,
+                    help="streams per path, interleaved (the median is shown)")
+    ap.add_argument("--tokens", type=int, default=300, help="tokens per stream")
     ap.add_argument("--compare", type=Path, default=None,
                     help="another checkout whose gateway runs beside this one's")
     ap.add_argument("--throughput-rounds", type=int, default=3,
                     help="8-client runs per path, interleaved (the median is shown)")
-    ap.add_argument("--paths", default="direct,gateway,nginx,litellm",
+    ap.add_argument("--paths", default="direct,gateway,gateway@normal,nginx,litellm",
                     help="which paths besides direct and the gateway (always measured)")
     args = ap.parse_args()
     os.sched_setaffinity(0, {1})
@@ -291,7 +322,7 @@ def main() -> int:
     try:
         paths = start_all(tmp, procs, set(args.paths.split(",")), args.compare)
         asyncio.run(measure(paths, args.rounds, args.seconds, args.streams,
-                            args.throughput_rounds))
+                            args.throughput_rounds, args.tokens))
     finally:
         for p in procs:
             try:

@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 from supervisor.policy import Policy
 
-__all__ = ["DEFAULT_USER", "LIMIT_NOFILE", "Notifier", "systemd_escape", "unit_file"]
+__all__ = ["DEFAULT_USER", "LIMIT_NOFILE", "SCHEDULING", "Notifier", "systemd_escape",
+           "unit_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,11 @@ class Notifier:
 #: could then not be spawned (issue 17); the gateway bounds its own connections below
 #: this.
 LIMIT_NOFILE = 65536
+#: The supervisor's and the gateway's CPU scheduling in their units
+#: (``CPUSchedulingPolicy=``, ``CPUSchedulingPriority=``): round-robin at a low real-time
+#: priority, so a saturating engine cannot starve them (shared/CPU_ENGINE.md: ordinary
+#: processes went unscheduled for 1-13 s; nice did not help, a real-time class did).
+SCHEDULING = ("rr", 5)
 
 #: The service user when none is named: a system account the operator creates once
 #: (``useradd --system --home-dir /var/lib/supervisor --shell /usr/sbin/nologin
@@ -191,8 +197,8 @@ def _lifecycle(policy: Policy) -> list[str]:
         "# The supervisor must keep up while the engine saturates the CPU (seen: ordinary",
         "# processes unscheduled for 1-13 s under load). It runs round-robin at a low",
         "# real-time priority; it resets its engine to normal scheduling at launch.",
-        "CPUSchedulingPolicy=rr",
-        "CPUSchedulingPriority=5",
+        f"CPUSchedulingPolicy={SCHEDULING[0]}",
+        f"CPUSchedulingPriority={SCHEDULING[1]}",
         "OOMScoreAdjust=-900",
         f"LimitNOFILE={LIMIT_NOFILE}",
         "# Files 0600, directories 0700: database, WAL, logs, spool, traces (issue 17).",

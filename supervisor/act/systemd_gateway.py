@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from supervisor.act.systemd import DEFAULT_USER, LIMIT_NOFILE, systemd_escape
+from supervisor.act.systemd import DEFAULT_USER, LIMIT_NOFILE, SCHEDULING, systemd_escape
 from supervisor.policy import Policy
 
 __all__ = ["CONTROL_SOCKET", "gateway_service_unit", "gateway_socket_unit",
@@ -90,6 +90,12 @@ def gateway_service_unit(policy: Policy, policy_path: Path, *, executable: str |
         "Restart=always",
         "RestartSec=1",
         f"TimeoutStopSec={int(gw.drain_timeout_seconds + 30)}",
+        "# Every agent request and every token of a stream passes here while the engine",
+        "# saturates the CPU: the supervisor's own scheduling (the gateway it starts",
+        "# inherits it), so the engine cannot starve the agents' path (issue 14).",
+        f"CPUSchedulingPolicy={SCHEDULING[0]}",
+        f"CPUSchedulingPriority={SCHEDULING[1]}",
+        "OOMScoreAdjust=-900",
         f"LimitNOFILE={LIMIT_NOFILE}",
         f"ReadWritePaths={systemd_escape(str(policy.state_directory))}",
         "UMask=0077",

@@ -8,7 +8,7 @@ import os
 import socket
 from pathlib import Path
 
-from supervisor.act import systemd_gateway
+from supervisor.act import systemd, systemd_gateway
 from supervisor.gateway import process
 from supervisor.policy import load_policy_file
 
@@ -51,6 +51,10 @@ def test_the_socket_unit_listens_where_the_gateway_and_the_supervisor_look() -> 
     assert " gateway --policy " in service and "NotifyAccess=all" in service
     assert "ExecReload=/bin/kill -HUP $MAINPID" in service
     assert f"Requires={systemd_gateway.gateway_unit_name(policy)}.socket" in service
+    # The supervisor's scheduling, which the gateway it starts inherits (issue 14).
+    supervisor_unit = systemd.unit_file(policy, ROOT / "policies" / "cpu-demo.yaml")
+    for line in ("CPUSchedulingPolicy=rr", "CPUSchedulingPriority=5", "OOMScoreAdjust=-900"):
+        assert f"\n{line}\n" in service and f"\n{line}\n" in supervisor_unit
 
 
 def test_an_owned_gateway_is_orphaned_when_its_socket_file_goes_or_no_one_speaks() -> None:
