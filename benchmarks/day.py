@@ -8,8 +8,8 @@ a calm tail) against the real CPU engine, arm after arm: the top rung under a pl
 restart loop, the bottom rung under the same loop, and ``supervisor run`` on the whole
 ladder with its gateway. Prints the table (tasks completed and failed, tokens delivered,
 requests failed, time with no engine serving, TTFT p50/p99, ratios), writes it as JSON
-with the supervised arm's incidents and transitions. ``--short``: the CI smoke (two
-faults, about 5 minutes). Same as ``supervisor bench --day``; the harness is
+with the supervised arm's incidents and transitions. ``--short``: the CI smoke (one
+fault, about 3 minutes). Same as ``supervisor bench --day``; the harness is
 ``supervisor/chaos/day.py``. Wrap it in ``flock /tmp/engine.lock`` on a shared box.
 Exit status: 0; 1 when the supervised arm failed a task; 3 when a process was left.
 """
@@ -29,7 +29,7 @@ from supervisor.chaos.day_report import ARMS  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--short", action="store_true", help="the CI smoke: two faults, ~5 min")
+    ap.add_argument("--short", action="store_true", help="the CI smoke: one fault, ~3 min")
     ap.add_argument("--seed", type=int, default=1, help="the schedule's seed (default 1)")
     ap.add_argument("--dir", type=Path, default=None,
                     help="state, logs and JSON (default: a new temporary directory)")

@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
                        "always-safe vs supervised (about 30 minutes; exit 1 when the "
                        "supervised arm fails a task)")
     bench.add_argument("--short", action="store_true",
-                       help="with --day: the 5-minute version, two faults (CI's smoke test)")
+                       help="with --day: the 3-minute version, one fault (CI's smoke test)")
     bench.add_argument("--seed", type=int, default=1, help="with --day: the schedule's seed")
     bench.add_argument("--dir", type=Path, default=None,
                        help="with --day: where its state, logs and JSON go (default: a "

@@ -236,10 +236,11 @@ class Executor:
 
 
 def _log_tail(run: EngineRun | None) -> str | None:
-    """The last LOG_TAIL_LINES lines the engine wrote, caught up to now."""
+    """The last LOG_TAIL_LINES lines the engine wrote, caught up to now (the new lines
+    stay for the tick's classifier: ``LogTail.catch_up``)."""
     if run is None or run.log_tail is None:
         return None
-    run.log_tail.poll()
+    run.log_tail.catch_up()
     lines = run.log_tail.text().splitlines()
     return "\n".join(lines[-LOG_TAIL_LINES:])
 

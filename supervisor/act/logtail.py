@@ -2,7 +2,15 @@
 
 The engine writes straight to its log file (not through a pipe to the supervisor), so it
 survives the supervisor being killed. The tail is read from that file incrementally:
-each ``poll()`` reads only the bytes appended since the last one.
+each read takes only the bytes appended since the last one.
+
+Two readers share one tail: the tick's classifier takes the new lines with ``poll()``,
+and an incident's log tail is brought up to date with ``catch_up()``, which leaves the
+lines it read for the next ``poll()``. (Until 2026-12-02 the incident path called
+``poll()`` too: a line read there was never classified. CI saw it: llama-server's
+``GGML_ASSERT ... failed``, logged 1.5 s before its SIGABRT, was taken by an incident
+recorded in between, and the crash was restarted on the speculative rung instead of
+stepping to no speculation.)
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ logger = logging.getLogger(__name__)
 class LogTail:
     """A bounded ring buffer of the newest lines of one log file.
 
-    ``max_lines`` lines are kept; one ``poll()`` reads at most ``max_read_bytes`` (older
+    ``max_lines`` lines are kept; one read takes at most ``max_read_bytes`` (older
     bytes beyond that are skipped, never buffered), so memory stays bounded however fast
     the engine logs.
     """
@@ -28,19 +36,33 @@ class LogTail:
         self.path = path
         self.max_read_bytes = max_read_bytes
         self._lines: deque[str] = deque(maxlen=max_lines)
+        self._unpolled: deque[str] = deque(maxlen=max_lines)
+        """Lines ``catch_up()`` read that no ``poll()`` has returned yet."""
         self._offset = 0
         self._partial = b""
         self.read_errors = 0
-        """``poll()`` calls the file refused (EIO, EMFILE, a directory in its place)."""
+        """Reads in a row the file refused (EIO, EMFILE, a directory in its place)."""
 
     def poll(self) -> list[str]:
-        """Read what was appended since the last call; returns the new complete lines.
+        """Read what was appended since the last call; returns the new complete lines,
+        those a ``catch_up()`` read since the last ``poll()`` first.
 
         Never raises: a file that cannot be read right now (any OSError: too many open
         files, an I/O error, EACCES) gives no lines this time, counted in
         ``read_errors`` and logged once per run of errors (issue 17: the tick called
         this and died with it).
         """
+        new = [*self._unpolled, *self._read()]
+        self._unpolled.clear()
+        return new
+
+    def catch_up(self) -> None:
+        """Bring the kept lines up to date (for ``text()``) without taking the new ones
+        from the next ``poll()``: at most ``max_lines`` of them wait for it. Never raises."""
+        self._unpolled.extend(self._read())
+
+    def _read(self) -> list[str]:
+        """The complete lines appended since the last read, also added to the kept ones."""
         try:
             with open(self.path, "rb") as f:
                 size = f.seek(0, 2)

@@ -123,12 +123,19 @@ def full_day(seed: int = 1) -> Day:
 
 
 def short_day(seed: int = 1) -> Day:
-    """The CI smoke of the harness: 60 s per arm, an EngineCore crash and the
-    speculative crash (about 5 minutes for the three arms on a quiet box)."""
+    """The CI smoke of the harness: 40 s per arm and one fault, the speculative crash
+    about 10 s in (about 3 minutes for the three arms on a quiet box).
+
+    The crash meets the engine each arm started with, so its outcome does not hang on
+    how long a restart takes on a loaded box: the CI run of 2026-12-02 had the crash
+    first (10 s) and the speculative crash at 30 s; the supervised arm's restarted
+    engine took 50 s to serve, met the speculative crash after the arm had ended, and
+    the step to ``nospec`` the smoke checks never came. The plain loop's crash and
+    restart are exercised all the same: the speculative crash SIGKILLs the EngineCore.
+    """
     rng = random.Random(seed)
-    faults = (Fault("crash", _jitter(rng, 10), 35),
-              Fault("spec_crash", _jitter(rng, 30), None))
-    return Day("short", seed, 60.0, faults, sessions=4, task_turns=3)
+    faults = (Fault("spec_crash", _jitter(rng, 10), None),)
+    return Day("short", seed, 40.0, faults, sessions=4, task_turns=3)
 
 
 def base_dir(path: Path | None) -> Path:

@@ -22,7 +22,9 @@ STORM_KINDS = ("preemption_storm", "preemption_storm_recurring")
 
 
 def start_failure_loop(base: Path) -> Result:
-    """A bad engine argument: no retry (issue 12), straight to the first rung without it."""
+    """A bad engine argument: no retry (issue 12), straight to the first rung without it,
+    the flag named in the incident and in its log tail, the failed run's non-zero exit
+    status on record."""
     res = Result("start-up failure (bad argument)",
                  notes="1 attempt, the flag named, then the first rung without it")
     rig = Rig(base / "startfail", restart={"start_limit_burst": 2,
@@ -42,8 +44,12 @@ def start_failure_loop(base: Path) -> Result:
         res.detected_seconds = failed[0].ended_at.timestamp() - t0 if failed else None
         res.serving_again_seconds = run.ready_at.timestamp() - t0
         res.extra = {"attempts": len(failed), "serving_mode": run.mode,
-                     "flag_named": bool(named) and "--no-such-flag" in named[0].explanation}
-        res.ok = len(failed) == 1 and run.mode == "plain4" and res.extra["flag_named"]
+                     "flag_named": bool(named) and "--no-such-flag" in named[0].explanation,
+                     "log_tail_has_flag": bool(named)
+                     and "--no-such-flag" in (named[0].log_tail or ""),
+                     "exit_code": failed[0].exit_code if failed else None}
+        res.ok = (len(failed) == 1 and run.mode == "plain4" and res.extra["flag_named"]
+                  and res.extra["log_tail_has_flag"] and failed[0].exit_code not in (None, 0))
     finally:
         rig.close()
     return res

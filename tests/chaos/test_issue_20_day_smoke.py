@@ -1,4 +1,4 @@
-"""Issue 20: the short day (two faults, about 5 minutes) as a smoke test of the harness,
+"""Issue 20: the short day (one fault, about 3 minutes) as a smoke test of the harness,
 not of its figures: three arms on the real CPU engine, the faults injected, the plain
 loop restarting, the supervised arm recording what happened, the report written, and
 no process of the run left behind (psutil)."""
@@ -34,18 +34,16 @@ def test_issue_20_short_day_runs_every_arm_and_cleans_up(tmp_path: Path) -> None
 
     assert list(report["arms"]) == list(ARMS)
     for name, arm in report["arms"].items():
-        crash, spec = arm["events"]
-        assert crash["kind"] == "crash" and "core_pid" in crash, (name, crash)
+        (spec,) = arm["events"]
         assert spec["kind"] == "spec_crash", (name, spec)
         assert arm["figures"]["requests"] > 0 and arm["figures"]["tokens_delivered"] > 0, name
-    # The plain loop restarted each rung after the crash (the top rung's next engine
-    # may also meet the speculative crash, if it was up in time); the bottom rung never
-    # speculates, so it ran exactly twice.
+    # The speculative crash killed the top rung's EngineCore and the plain loop started
+    # it again (its next engines crash again on their first request); the bottom rung
+    # never speculates, so its one engine served the whole day.
     fast, safe = (report["arms"][a]["summary"] for a in ("always-fast", "always-safe"))
     assert fast["engine_runs"] >= 2, fast
-    assert safe["engine_runs"] == 2, safe
-    # The supervised arm's restarted engine met the speculative crash (the requests the
-    # gateway held for it count after the arming) and the ladder skipped speculation.
+    assert safe["engine_runs"] == 1, safe
+    # The supervised arm recorded the crash and the ladder skipped speculation.
     sup = report["arms"]["supervised"]["summary"]
     kinds = {i["kind"] for i in sup["incidents"]}
     assert kinds & {"engine_core_died", "exited"}, sup["incidents"]

