@@ -36,8 +36,10 @@ class LogTail:
         self.path = path
         self.max_read_bytes = max_read_bytes
         self._lines: deque[str] = deque(maxlen=max_lines)
-        self._unpolled: deque[str] = deque(maxlen=max_lines)
-        """Lines ``catch_up()`` read that no ``poll()`` has returned yet."""
+        self._unpolled: deque[str] = deque()
+        """Lines ``catch_up()`` read that no ``poll()`` has returned yet: at most
+        ``max_read_bytes`` of them, the bound of one ``poll()``'s own read."""
+        self._unpolled_bytes = 0
         self._offset = 0
         self._partial = b""
         self.read_errors = 0
@@ -54,12 +56,18 @@ class LogTail:
         """
         new = [*self._unpolled, *self._read()]
         self._unpolled.clear()
+        self._unpolled_bytes = 0
         return new
 
     def catch_up(self) -> None:
         """Bring the kept lines up to date (for ``text()``) without taking the new ones
-        from the next ``poll()``: at most ``max_lines`` of them wait for it. Never raises."""
-        self._unpolled.extend(self._read())
+        from the next ``poll()``: the newest ``max_read_bytes`` of them wait for it, as
+        much as a ``poll()`` in its place would have returned. Never raises."""
+        for line in self._read():
+            self._unpolled.append(line)
+            self._unpolled_bytes += len(line) + 1
+        while self._unpolled_bytes > self.max_read_bytes:
+            self._unpolled_bytes -= len(self._unpolled.popleft()) + 1
 
     def _read(self) -> list[str]:
         """The complete lines appended since the last read, also added to the kept ones."""

@@ -49,7 +49,7 @@ def start_failure_loop(base: Path) -> Result:
                      and "--no-such-flag" in (named[0].log_tail or ""),
                      "exit_code": failed[0].exit_code if failed else None}
         res.ok = (len(failed) == 1 and run.mode == "plain4" and res.extra["flag_named"]
-                  and res.extra["log_tail_has_flag"] and failed[0].exit_code not in (None, 0))
+                  and res.extra["log_tail_has_flag"] and res.extra["exit_code"] not in (None, 0))
     finally:
         rig.close()
     return res

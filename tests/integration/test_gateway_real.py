@@ -82,10 +82,10 @@ class KillMidStream:
     after the request the EngineCore is a few hundred tokens into 1,900 (MTP k=2 makes
     about 330 tokens/s here), and vLLM has already sent the stream's first chunk.
 
-    Until 2026-12-02 a thread of this test did the kill, in a real-time class too: but it
-    needs the interpreter's lock, which the test's main thread holds while the engine
-    starves it, and on a quiet box it ran only once the client had read the whole stream
-    (9 s late: nothing cut). A process started at arming but not waited for was 8.2 s
+    Until 2026-12-02 a thread of this test did the kill, in a real-time class too; on a
+    quiet box it ran only once the client had read the whole stream (9 s late: nothing
+    cut), most likely waiting for the interpreter's lock, which the test's main thread
+    holds while the engine starves it. A process started at arming but not waited for was 8.2 s
     late the same way: the engine's burst began before it had left the normal class.
     """
 

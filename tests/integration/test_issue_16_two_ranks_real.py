@@ -121,8 +121,8 @@ def _order_ok(sup: Supervisor, starts: int) -> None:
     assert times == sorted(times)
 
 
-# Three TP2 restarts: about 450 s on a 2-core box at load 5, past the suite's 900 s default
-# under CI's load.
+# Three TP2 starts and two restarts: 206-227 s on a quiet 2-core box; CI has run this test
+# up to 2.4x slower than that, and four restarts took 600 s at load 5.
 @pytest.mark.timeout(1800)
 async def test_issue_16_real_engine_across_two_ranks(tmp_path: Path) -> None:
     path, data = _policy(tmp_path)

@@ -39,10 +39,23 @@ def test_a_catch_up_leaves_the_new_lines_to_the_next_poll(tmp_path: Path) -> Non
     assert tail.poll() == []
     tail.catch_up()
     assert tail.poll() == []
-    with open(log, "ab") as f:                 # a flood between ticks: the newest wait
+    with open(log, "ab") as f:                 # more than the kept lines: all wait
         f.write(b"".join(b"l%d\n" % i for i in range(5)))
     tail.catch_up()
-    assert tail.poll() == ["l2", "l3", "l4"]
+    assert tail.text() == "l2\nl3\nl4"
+    assert tail.poll() == ["l0", "l1", "l2", "l3", "l4"]
+
+
+def test_a_flood_between_polls_keeps_what_one_poll_would_read(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    tail = LogTail(log, max_read_bytes=100)
+    for i in range(3):                         # three incidents, 3 x 60 bytes, no tick
+        with open(log, "ab") as f:
+            f.write(b"".join(b"%d-%06d\n" % (i, n) for n in range(6)))
+        tail.catch_up()
+    got = tail.poll()
+    assert got[-1] == "2-000005" and sum(len(x) + 1 for x in got) <= 100
+    assert "0-000000" not in got               # the oldest went, as a poll skips bytes
 
 
 def test_truncated_file_is_read_from_the_start(tmp_path: Path) -> None:
