@@ -36,23 +36,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nobody listens on right now (all bound at once:
+    ``free_port()`` called twice can answer the same port twice, seen as
+    "admin.port 48011 is also engine.port" in a full run)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def fake_engine_policy(tmp_path: Path, *, fake_args: list[str] | None = None,
                        modes: list[dict] | None = None, **sections) -> Policy:
     """A policy whose engine is tests/helpers/fake_engine.py on a free port."""
+    engine_port, gateway_port, admin_port = free_ports(3)
     data = {
         "fleet": "test",
         "engine": {
             "executable": sys.executable,
             "args": [str(FAKE_ENGINE), *(fake_args or [])],
-            "port": free_port(),
+            "port": engine_port,
             "start_timeout_seconds": 10,
             "shutdown_timeout_seconds": 1,
             "stop_grace_seconds": 1,
             "kill_timeout_seconds": 5,
         },
         "modes": modes or [{"name": "fast"}, {"name": "safe", "args": {"--max-num-seqs": 1}}],
-        "gateway": {"port": free_port()},
-        "admin": {"port": free_port()},
+        "gateway": {"port": gateway_port},
+        "admin": {"port": admin_port},
         "storage": {"state_directory": str(tmp_path / "state")},
     }
     for key, value in sections.items():
