@@ -31,9 +31,7 @@ PG_URL = os.environ.get("SUPERVISOR_TEST_PG_URL",
 
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
