@@ -38,15 +38,21 @@ from pathlib import Path
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0"
 CHILD_CODE = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(3600)"
 #: The balloon: N MiB written to a memfd (shmem: not reclaimable, so MemAvailable drops; not
-#: mapped, so no process's RSS shows it, like memory a GPU driver keeps pinned), held S
-#: seconds by a process in a session of its own (the engine's group does not include it).
+#: mapped, so no process's RSS shows it, like memory a GPU driver keeps pinned), held by a
+#: process in a session of its own (the engine's group does not include it) until S seconds
+#: after the engine that started it has exited. The hold counts from the exit, not from the
+#: write: on a loaded CI box writing 6 GiB and starting the engine took over 10 s, and a
+#: hold counted from the write could end before the engine was even stopped.
 BALLOON_CODE = (
     "import os, sys, time\n"
+    "engine = os.getppid()\n"
     "fd = os.memfd_create('balloon')\n"
     "chunk = b'x' * 2**20\n"
     "for _ in range(int(sys.argv[1])):\n"
     "    os.write(fd, chunk)\n"
     "print('balloon', int(sys.argv[1]) * 2**20, flush=True)\n"
+    "while os.getppid() == engine:\n"
+    "    time.sleep(0.05)\n"
     "time.sleep(float(sys.argv[2]))\n")
 state: dict = {"core_dead": False, "metrics": "", "hang": False, "completions": 0,
                "seen": [], "aborted": 0}
@@ -310,7 +316,7 @@ def main() -> None:
     p.add_argument("--headless", action="store_true",
                    help="a worker rank of an engine across boxes: no HTTP server")
     p.add_argument("--balloon-hold", type=float, default=10.0,
-                   help="seconds the balloon holds its memory")
+                   help="seconds the balloon holds its memory after the engine exits")
     args, _vllm_flags = p.parse_known_args()  # accept any other vLLM flag
     print(f"fake engine pid {os.getpid()} args {sys.argv[1:]}", flush=True)
     state["metrics"] = (FIXTURES / args.metrics).read_text()
@@ -335,7 +341,10 @@ def main() -> None:
             [sys.executable, "-c", BALLOON_CODE, str(args.balloon_mb), str(args.balloon_hold)],
             start_new_session=True, stdout=subprocess.PIPE, text=True)
         assert balloon.stdout is not None
-        print(balloon.stdout.readline().strip(), "pid", balloon.pid, flush=True)
+        out = balloon.stdout
+        # Said once written, from a thread: the start does not wait for gigabytes.
+        threading.Thread(target=lambda: print(out.readline().strip(), "pid", balloon.pid,
+                                              flush=True), daemon=True).start()
 
     def on_term(signum, frame) -> None:
         print("SIGTERM received", flush=True)

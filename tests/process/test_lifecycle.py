@@ -79,6 +79,12 @@ async def judge(launcher: EngineLauncher, sensors: Sensors, window: Window,
     return sample, decide(window, ladder, launcher.policy, now)
 
 
+def balloon_written(run) -> bool:
+    """The balloon's own line ("balloon BYTES pid PID"), said once its memory is written
+    (the log's head names ``--balloon-mb`` in the argv long before)."""
+    return any(line.startswith("balloon ") for line in run.log_path.read_text().splitlines())
+
+
 def rebase_before(run, balloon_mb: int) -> int:
     """Re-take the run's before-launch figures at this instant, balloon added back.
 
@@ -207,8 +213,9 @@ async def test_issue_12_memory_held_after_exit_holds_the_next_start(tmp_path: Pa
         lifecycle={"memory_return_timeout_seconds": 60})
     await sensors.start()
     run = await launcher.start(rung=0)
-    await wait_for(lambda: launcher.state is EngineState.READY)
-    await wait_for(lambda: "balloon" in run.log_path.read_text(), what="the balloon")
+    await wait_for(lambda: launcher.state is EngineState.READY, 30, what="ready")
+    # 6 GiB written: 3 s on a quiet box, over 10 s on a loaded CI box.
+    await wait_for(lambda: balloon_written(run), 120, what="the balloon")
     assert run.mem_available_before_bytes is not None        # recorded at the launch
     before = rebase_before(run, balloon)
     ratio = (before - balloon * MiB / 2) / before
@@ -238,8 +245,9 @@ async def test_issue_12_memory_that_stays_held_is_a_reboot_required(tmp_path: Pa
         lifecycle={"memory_return_timeout_seconds": 2})
     await sensors.start()
     run = await launcher.start(rung=0)
-    await wait_for(lambda: launcher.state is EngineState.READY)
-    await wait_for(lambda: "balloon" in run.log_path.read_text(), what="the balloon")
+    await wait_for(lambda: launcher.state is EngineState.READY, 30, what="ready")
+    # 6 GiB written: 3 s on a quiet box, over 10 s on a loaded CI box.
+    await wait_for(lambda: balloon_written(run), 120, what="the balloon")
     before = rebase_before(run, balloon)
     ratio = (before - balloon * MiB / 2) / before
     holder.swap(holder.current.model_copy(update={"lifecycle": holder.current.lifecycle
