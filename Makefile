@@ -97,14 +97,16 @@ promtool:
 		{ $(SUDO) apt-get update -q && \
 		  $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
-# tests/unit and tests/property are pure code (no engine, no subprocess, no fixed port):
-# they run on both cores (pytest-xdist), then the rest of tests/ one test at a time (a busy
-# CPU engine starves whatever runs beside it). Both runs always run; make fails if either did.
-PURE_TESTS := tests/unit tests/property
+# Tests that run no real engine and take no fixed port run on both cores (pytest-xdist):
+# the pure code (tests/unit, tests/property), the admin API and the dashboard in headless
+# Chromium (tests/api, tests/browser: the stand-in engine, free ports, waits of 5-30 s for
+# what takes well under one). Then the rest of tests/ one test at a time: a busy CPU engine
+# starves whatever runs beside it. Both runs always run; make fails if either did.
+PARALLEL_TESTS := tests/unit tests/property tests/api tests/browser
 test: setup chromium promtool
 	status=0; \
-	$(VENV)/bin/pytest -n 2 $(PURE_TESTS) || status=$$?; \
-	$(VENV)/bin/pytest $(PURE_TESTS:%=--ignore=%) || status=$$?; \
+	$(VENV)/bin/pytest -n 2 $(PARALLEL_TESTS) || status=$$?; \
+	$(VENV)/bin/pytest $(PARALLEL_TESTS:%=--ignore=%) || status=$$?; \
 	exit $$status
 
 lint: $(VENV)/.installed

@@ -106,8 +106,17 @@ def hang(rig: Rig) -> Result:
     return res
 
 
+#: The balloon: allocates (touched anonymous memory) until MemAvailable is 256 MiB under
+#: ``argv[1]``, says when it crossed it, holds ``argv[2]`` s. Round-robin at real-time
+#: priority 1 where allowed (root: CI is), under the supervisor's and the gateway's 5:
+#: in the normal class the busy CPU engine starved it to tens of MiB/s, and the chaos
+#: row's 16 GiB took 5 min to fill (2026-12-02, 16:15:43 -> 16:20:43 in the rig's log).
 BALLOON = """
-import sys, time
+import os, sys, time
+try:
+    os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
+except OSError:
+    pass
 floor = int(sys.argv[1])
 def avail():
     for line in open('/proc/meminfo'):

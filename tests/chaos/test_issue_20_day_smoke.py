@@ -1,7 +1,13 @@
-"""Issue 20: the short day (one fault, about 3 minutes) as a smoke test of the harness,
-not of its figures: three arms on the real CPU engine, the faults injected, the plain
-loop restarting, the supervised arm recording what happened, the report written, and
-no process of the run left behind (psutil)."""
+"""Issue 20: the short day (one fault, about 2 minutes) as a smoke test of the harness,
+not of its figures: the plain loop on the top rung and the supervised arm on the real CPU
+engine, the fault injected, the plain loop restarting, the supervised arm recording what
+happened, the report written, and no process of the run left behind (psutil).
+
+The always-safe arm is the plain loop of always-fast on the bottom rung (``run_arm``, the
+same code) and met no fault in the smoke (it never speculates): one engine serving 40 s,
+for about a minute of CI. The three-arm table and its acceptance are checked on recorded
+figures in ``tests/unit/test_issue_20_day.py``; ``supervisor bench --day --short`` runs
+all three."""
 
 from __future__ import annotations
 
@@ -11,7 +17,6 @@ from pathlib import Path
 import psutil
 
 from supervisor.chaos.day import print_report, run_day
-from supervisor.chaos.day_report import ARMS
 from supervisor.chaos.day_schedule import short_day
 
 
@@ -28,21 +33,20 @@ def _engines_under(base: Path) -> list[int]:
 
 def test_issue_20_short_day_runs_every_arm_and_cleans_up(tmp_path: Path) -> None:
     lines: list[str] = []
-    report, status = run_day(short_day(1), tmp_path, emit=lines.append)
+    arms = ("always-fast", "supervised")
+    report, status = run_day(short_day(1), tmp_path, arms=arms, emit=lines.append)
     print_report(report, lines.append)
     print("\n".join(lines))
 
-    assert list(report["arms"]) == list(ARMS)
+    assert tuple(report["arms"]) == arms
     for name, arm in report["arms"].items():
         (spec,) = arm["events"]
         assert spec["kind"] == "spec_crash", (name, spec)
         assert arm["figures"]["requests"] > 0 and arm["figures"]["tokens_delivered"] > 0, name
     # The speculative crash killed the top rung's EngineCore and the plain loop started
-    # it again (its next engines crash again on their first request); the bottom rung
-    # never speculates, so its one engine served the whole day.
-    fast, safe = (report["arms"][a]["summary"] for a in ("always-fast", "always-safe"))
+    # it again (its next engines crash again on their first request).
+    fast = report["arms"]["always-fast"]["summary"]
     assert fast["engine_runs"] >= 2, fast
-    assert safe["engine_runs"] == 1, safe
     # The supervised arm recorded the crash and the ladder skipped speculation.
     sup = report["arms"]["supervised"]["summary"]
     kinds = {i["kind"] for i in sup["incidents"]}
@@ -50,11 +54,11 @@ def test_issue_20_short_day_runs_every_arm_and_cleans_up(tmp_path: Path) -> None
     assert any(t["from"] == "fast" and t["to"] == "nospec" for t in sup["transitions"]), \
         sup["transitions"]
 
-    assert report["leftover_processes"] == {a: [] for a in ARMS}
+    assert report["leftover_processes"] == {a: [] for a in arms}
     assert _engines_under(tmp_path) == []
     saved = json.loads(Path(report["json_path"]).read_text())
     assert saved["exit_status"] == status
     lost = report["arms"]["supervised"]["figures"]["tasks_failed"]
     assert status == (1 if lost else 0)
-    table = "\n".join(lines)
-    assert "tasks completed" in table and "sup/fast" in table
+    said = "\n".join(lines)
+    assert all(f"\n{a}: faults spec_crash@" in said for a in arms), said
