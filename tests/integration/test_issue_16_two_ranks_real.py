@@ -121,8 +121,11 @@ def _order_ok(sup: Supervisor, starts: int) -> None:
     assert times == sorted(times)
 
 
-# Three TP2 starts and two restarts: 206-227 s on a quiet 2-core box; CI has run this test
-# up to 2.4x slower than that, and four restarts took 600 s at load 5.
+# Three TP2 starts and two restarts: 206-241 s on a quiet 2-core box; CI has run this test
+# up to 2.4x slower than that (465 s in CI's last run), and four restarts took 600 s at
+# load 5. `make test-long` runs it; `make test` (CI) runs its stand-in,
+# tests/process/test_issue_16_nodes.py, which makes the same decisions in all four cases.
+@pytest.mark.long
 @pytest.mark.timeout(1800)
 async def test_issue_16_real_engine_across_two_ranks(tmp_path: Path) -> None:
     path, data = _policy(tmp_path)
