@@ -99,13 +99,19 @@ promtool:
 
 # Tests that run no real engine and take no fixed port run on both cores (pytest-xdist):
 # the pure code (tests/unit, tests/property), the admin API and the dashboard in headless
-# Chromium (tests/api, tests/browser: the stand-in engine, free ports, waits of 5-30 s for
-# what takes well under one). Then the rest of tests/ one test at a time: a busy CPU engine
-# starves whatever runs beside it. Both runs always run; make fails if either did.
+# Chromium (tests/api, tests/browser), and the stand-in engine's process tests that time
+# nothing under a second (PARALLEL_PROCESS: free ports, own state directories, waits of
+# 5-30 s for what takes well under one; tests/process/test_store_outage.py stops
+# PostgreSQL, so it stays in the second run). Then the rest of tests/ one test at a time:
+# a busy CPU engine starves whatever runs beside it, and the sub-second checks (a pidfd
+# seen in 0.5 s, a canary in 0.6 s) want the box to themselves. Both runs always run;
+# make fails if either did.
 # Tests marked `long` (a real-engine scenario of minutes whose decisions a stand-in test
 # here also checks: the real two-rank engine) are left to `make test-long`, so that CI's
 # `make test` stays near an hour on a loaded box.
-PARALLEL_TESTS := tests/unit tests/property tests/api tests/browser
+PARALLEL_PROCESS := $(addprefix tests/process/test_,spool_kill.py gateway_process.py cli.py \
+	production.py gateway.py gateway_apis.py gateway_orphan.py service.py issue_19_install.py)
+PARALLEL_TESTS := tests/unit tests/property tests/api tests/browser $(PARALLEL_PROCESS)
 test: setup chromium promtool
 	status=0; \
 	$(VENV)/bin/pytest -n 2 $(PARALLEL_TESTS) || status=$$?; \
