@@ -101,25 +101,25 @@ promtool:
 # the pure code (tests/unit, tests/property), the admin API and the dashboard in headless
 # Chromium (tests/api, tests/browser), and the stand-in engine's process tests that time
 # nothing under a second (PARALLEL_PROCESS: free ports, own state directories, waits of
-# 5-30 s for what takes well under one; tests/process/test_store_outage.py stops
-# PostgreSQL, so it stays in the second run). Then the rest of tests/ one test at a time:
-# a busy CPU engine starves whatever runs beside it, and the sub-second checks (a pidfd
-# seen in 0.5 s, a canary in 0.6 s) want the box to themselves. Both runs always run;
-# make fails if either did.
-# Tests marked `long` (a real-engine scenario of minutes whose decisions a stand-in test
-# here also checks: the real two-rank engine) are left to `make test-long`, so that CI's
-# `make test` stays near an hour on a loaded box.
+# 5-30 s for what takes well under one). Then the rest of tests/ one test at a time: a
+# busy CPU engine starves whatever runs beside it, and the sub-second checks want the box
+# to themselves (a pidfd seen in 0.5 s, a canary in 0.6 s, the gateway tests that give a
+# request 0.2-0.4 s to reach the engine: test_gateway.py, test_gateway_apis.py);
+# test_store_outage.py stops PostgreSQL. Tests marked `long` (a real-engine scenario of
+# minutes whose decisions a stand-in test here also makes: the real two-rank engine) are
+# left to `make test-long`, so that CI's `make test` stays near an hour on a loaded box.
+# Both runs always run; make fails if either did.
 PARALLEL_PROCESS := $(addprefix tests/process/test_,spool_kill.py gateway_process.py cli.py \
-	production.py gateway.py gateway_apis.py gateway_orphan.py service.py issue_19_install.py)
+	production.py gateway_orphan.py service.py issue_19_install.py)
 PARALLEL_TESTS := tests/unit tests/property tests/api tests/browser $(PARALLEL_PROCESS)
 test: setup chromium promtool
 	status=0; \
-	$(VENV)/bin/pytest -n 2 $(PARALLEL_TESTS) || status=$$?; \
+	$(VENV)/bin/pytest -n 2 -m "not long" $(PARALLEL_TESTS) || status=$$?; \
 	$(VENV)/bin/pytest -m "not long" $(PARALLEL_TESTS:%=--ignore=%) || status=$$?; \
 	exit $$status
 
 test-long: setup
-	$(VENV)/bin/pytest -m long tests/integration
+	$(VENV)/bin/pytest -m long
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -108,15 +108,17 @@ def hang(rig: Rig) -> Result:
 
 #: The balloon: allocates (touched anonymous memory) until MemAvailable is 256 MiB under
 #: ``argv[1]``, says when it crossed it, holds ``argv[2]`` s. Round-robin at real-time
-#: priority 1 where allowed (root: CI is), under the supervisor's and the gateway's 5:
-#: in the normal class the busy CPU engine starved it to tens of MiB/s, and the chaos
-#: row's 16 GiB took 5 min to fill (2026-12-02, 16:15:43 -> 16:20:43 in the rig's log).
+#: priority 1 where allowed (root: CI is): in the normal class the busy CPU engine starved
+#: it to tens of MiB/s, and the chaos row's 16 GiB took 5 min to fill (2026-12-02,
+#: 16:15:43 -> 16:20:43 in the rig's log). Under systemd the supervisor and the gateway
+#: run at 5 (``act/systemd.py``) and preempt it; the chaos rig starts them in the normal
+#: class, where the balloon, one thread, leaves them the other core while it fills.
 BALLOON = """
 import os, sys, time
 try:
     os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
-except OSError:
-    pass
+except PermissionError:
+    pass                                # not root: the normal class, slower to fill
 floor = int(sys.argv[1])
 def avail():
     for line in open('/proc/meminfo'):
@@ -138,10 +140,10 @@ time.sleep(float(sys.argv[2]))
 def memory_floor(rig: Rig) -> Result:
     """A balloon process allocates until MemAvailable is under the floor.
 
-    Starved of CPU by the engine, the balloon grows at tens of MiB/s: the forecast guard
-    could see the trend first and step down gracefully, and the floor would then be
-    crossed with no engine to kill (the start is held until memory is back), so the rig's
-    forecast is off (``chaos_policy``). A forecast step down is still reported if one
+    The balloon grows over seconds (minutes in the normal class, starved by the engine):
+    the forecast guard could see the trend first and step down gracefully, and the floor
+    would then be crossed with no engine to kill (the start is held until memory is back),
+    so the rig's forecast is off (``chaos_policy``). A forecast step down is still reported if one
     comes (a rig of another policy).
     """
     floor = rig.data["guards"]["memory_floor"]["min_available_bytes"]

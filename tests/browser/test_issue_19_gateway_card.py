@@ -45,7 +45,11 @@ async def test_issue_19_gateway_card_counts_requests_and_429s(tmp_path: Path) ->
             url = f"http://127.0.0.1:{policy.gateway.port}/v1/chat/completions"
             async with httpx.AsyncClient(timeout=30) as c:
                 first = asyncio.create_task(c.post(url, json=chat()))
-                await asyncio.sleep(0.3)
+                status = f"http://127.0.0.1:{policy.gateway.port}/gateway/status"
+                for _ in range(200):      # the first request holds the one slot
+                    if (await c.get(status)).json()["requests_in_flight"] == 1:
+                        break
+                    await asyncio.sleep(0.05)
                 refused = await asyncio.gather(c.post(url, json=chat()),
                                                c.post(url, json=chat()))
                 assert [r.status_code for r in refused] == [429, 429]

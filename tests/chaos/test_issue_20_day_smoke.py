@@ -4,10 +4,10 @@ engine, the fault injected, the plain loop restarting, the supervised arm record
 happened, the report written, and no process of the run left behind (psutil).
 
 The always-safe arm is the plain loop of always-fast on the bottom rung (``run_arm``, the
-same code) and met no fault in the smoke (it never speculates): one engine serving 40 s,
-for about a minute of CI. The three-arm table and its acceptance are checked on recorded
-figures in ``tests/unit/test_issue_20_day.py``; ``supervisor bench --day --short`` runs
-all three."""
+same code); the speculative crash is armed there too but never fires (the bottom rung
+never speculates): one engine serving 40 s, for about a minute of CI. The three-arm table
+and its acceptance are checked on recorded figures in ``tests/unit/test_issue_20_day.py``;
+``supervisor bench --day --short`` runs all three."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _engines_under(base: Path) -> list[int]:
     return out
 
 
-def test_issue_20_short_day_runs_every_arm_and_cleans_up(tmp_path: Path) -> None:
+def test_issue_20_short_day_runs_the_fast_and_supervised_arms_and_cleans_up(tmp_path: Path) -> None:
     lines: list[str] = []
     arms = ("always-fast", "supervised")
     report, status = run_day(short_day(1), tmp_path, arms=arms, emit=lines.append)

@@ -342,9 +342,12 @@ def main() -> None:
             start_new_session=True, stdout=subprocess.PIPE, text=True)
         assert balloon.stdout is not None
         out = balloon.stdout
-        # Said once written, from a thread: the start does not wait for gigabytes.
-        threading.Thread(target=lambda: print(out.readline().strip(), "pid", balloon.pid,
-                                              flush=True), daemon=True).start()
+        # Said once written, from a thread (the start does not wait for gigabytes), as one
+        # write: the request handlers' threads log beside it.
+        def say_written() -> None:
+            sys.stdout.write(f"{out.readline().strip()} pid {balloon.pid}\n")
+            sys.stdout.flush()
+        threading.Thread(target=say_written, daemon=True).start()
 
     def on_term(signum, frame) -> None:
         print("SIGTERM received", flush=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import FAKE_ENGINE, ROOT, free_port
+from tests.conftest import FAKE_ENGINE, ROOT, free_port, free_ports
 
 
 def sup(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -55,12 +55,13 @@ def test_version() -> None:
 
 def test_run_until_sigterm_then_show_the_records(tmp_path: Path) -> None:
     policy = tmp_path / "p.yaml"
+    engine_port, gateway_port, admin_port = free_ports(3)
     policy.write_text(yaml.safe_dump({
         "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
-                                   "port": free_port(), "shutdown_timeout_seconds": 1},
+                                   "port": engine_port, "shutdown_timeout_seconds": 1},
         "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
         # Never the default listeners (8080, 8081): they may be taken (issue 18).
-        "gateway": {"port": free_port()}, "admin": {"port": free_port()},
+        "gateway": {"port": gateway_port}, "admin": {"port": admin_port},
     }))
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
                              str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -120,11 +121,12 @@ def test_sample_prints_the_engine_and_the_box(tmp_path: Path) -> None:
 def cli_policy(tmp_path: Path, **sections) -> Path:
     """A one-mode policy on the fake engine, every port free."""
     policy = tmp_path / "p.yaml"
+    engine_port, gateway_port, admin_port = free_ports(3)
     policy.write_text(yaml.safe_dump({
         "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
-                                   "port": free_port(), "shutdown_timeout_seconds": 1},
+                                   "port": engine_port, "shutdown_timeout_seconds": 1},
         "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
-        "gateway": {"port": free_port()}, "admin": {"port": free_port()}, **sections}))
+        "gateway": {"port": gateway_port}, "admin": {"port": admin_port}, **sections}))
     return policy
 
 

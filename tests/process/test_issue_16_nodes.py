@@ -254,13 +254,15 @@ async def test_issue_16_worker_rank_killed_restarts_every_rank_workers_first(pai
     sup, task = await _run(_head_policy(path, data))
     try:
         first = await _serving(sup, port)
-        head_run = sup.launcher.run.run_id
+        head_pid, head_run = sup.launcher.run.pid, sup.launcher.run.run_id
         os.kill(first["rank_pid"], signal.SIGKILL)
         await wait_for(lambda: sup.launcher.run.run_id != head_run, timeout=30,
                        what="a new run")
         again = await _serving(sup, port, timeout=60)
         assert again["rank_pid"] != first["rank_pid"]
         assert again["rank_run_id"] == sup.launcher.run.run_id != head_run
+        assert not psutil.pid_exists(head_pid) or \
+            psutil.Process(head_pid).status() == psutil.STATUS_ZOMBIE   # the head's too
         await wait_for(lambda: any(i.kind == "node_rank_exited" for i in _incidents(sup)),
                        timeout=15, what="the node_rank_exited incident")
         exited = next(i for i in _incidents(sup) if i.kind == "node_rank_exited")

@@ -20,19 +20,20 @@ import yaml
 
 from supervisor.act.processes import group_members
 from supervisor.record.store import Store
-from tests.conftest import FAKE_ENGINE, ROOT, free_port
+from tests.conftest import FAKE_ENGINE, ROOT, free_ports
 
 
 def policy_file(tmp_path: Path, **sections) -> Path:
+    engine_port, gateway_port, admin_port = free_ports(3)
     data = {
         "fleet": "prod",
         "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
-                   "port": free_port(), "shutdown_timeout_seconds": 1,
+                   "port": engine_port, "shutdown_timeout_seconds": 1,
                    "stop_grace_seconds": 1},
         "modes": [{"name": "fast", "args": {"--tokens": 3}},
                   {"name": "safe", "args": {"--tokens": 1}}],
         "sampling": {"tick_seconds": 0.2},
-        "gateway": {"port": free_port()}, "admin": {"port": free_port()},
+        "gateway": {"port": gateway_port}, "admin": {"port": admin_port},
         "recovery": {"watch_interval_seconds": 0.5},
         "storage": {"state_directory": str(tmp_path / "state")},
     }
