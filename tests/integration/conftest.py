@@ -145,6 +145,13 @@ class Service:
             if run.pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(run.pid, signal.SIGKILL)
+        # The gateway outlives a killed supervisor by design (issue 14) and ends only when
+        # its state directory goes, which pytest keeps: a test's gateway ends with it.
+        pid_file = Path(self.db.removeprefix("sqlite:///")).parent / "gateway.pid"
+        with contextlib.suppress(OSError, ValueError, psutil.Error):
+            gateway = psutil.Process(int(pid_file.read_text().split()[0]))
+            if "gateway" in gateway.cmdline() and str(self.policy_path) in gateway.cmdline():
+                gateway.terminate()
 
 
 @pytest.fixture
