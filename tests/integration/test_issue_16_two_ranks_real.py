@@ -17,7 +17,7 @@ One supervisor life goes through three of the issue's four failures:
 
 The fourth, the head's rank killed (every rank replaced, workers first), takes the same
 restart path as 1 and is checked against the stand-in rank in
-``test_issue_16_head_rank_killed_stops_all_and_starts_workers_first``; it ran here on the
+``test_issue_16_a_rank_killed_stops_all_and_starts_workers_first[head]``; it ran here on the
 real engine until 2026-12-02 (serving again in 123 s), and was taken out with the last
 start-up of 3 to keep CI under an hour (this test took 612 s of CI's 4,858 s).
 
