@@ -66,18 +66,18 @@ lock:
 $(ENGINE_VENV)/.supervisor-engine-env.json: | $(VENV)/.installed
 	$(SUP) engine-env --path $(ENGINE_VENV)
 
-$(MODELS)/BUILD.json: supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json \
+$(MODELS)/BUILD.json: agent_supervisor/demo/build_models.py | $(ENGINE_VENV)/.supervisor-engine-env.json \
 		$(LLAMA_SERVER)
 	$(SUP) demo-models $(MODELS) --engine-python $(ENGINE_VENV)/bin/python
 
 # llama-server built from the llama.cpp that llama-cpp-python's sdist vendors, then the demo
 # models as GGUF; the command skips what .llamacpp/BUILD.json says is already built. Both
 # steps write BUILD.json, so make goes by the binary and a marker of its own.
-$(LLAMA_SERVER): supervisor/demo/llamacpp.py | $(VENV)/.installed
+$(LLAMA_SERVER): agent_supervisor/demo/llamacpp.py | $(VENV)/.installed
 	$(SUP) engine-env --kind llama_cpp --path $(LLAMACPP) --server-only
 	touch $@
 
-$(GGUF_MODELS): supervisor/demo/llamacpp.py supervisor/demo/gguf_convert.py \
+$(GGUF_MODELS): agent_supervisor/demo/llamacpp.py agent_supervisor/demo/gguf_convert.py \
 		$(MODELS)/BUILD.json $(LLAMA_SERVER)
 	$(SUP) engine-env --kind llama_cpp --path $(LLAMACPP) --models $(MODELS) \
 		--engine-python $(ENGINE_VENV)/bin/python

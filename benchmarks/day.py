@@ -10,7 +10,7 @@ ladder with its gateway. Prints the table (tasks completed and failed, tokens de
 requests failed, time with no engine serving, TTFT p50/p99, ratios), writes it as JSON
 with the supervised arm's incidents and transitions. ``--short``: the CI smoke (one
 fault, about 3 minutes). Same as ``supervisor bench --day``; the harness is
-``supervisor/chaos/day.py``. Wrap it in ``flock /tmp/engine.lock`` on a shared box.
+``agent_supervisor/chaos/day.py``. Wrap it in ``flock /tmp/engine.lock`` on a shared box.
 Exit status: 0; 1 when the supervised arm failed a task; 3 when a process was left.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.chaos.day import main_day  # noqa: E402
-from supervisor.chaos.day_report import ARMS  # noqa: E402
+from agent_supervisor.chaos.day import main_day  # noqa: E402
+from agent_supervisor.chaos.day_report import ARMS  # noqa: E402
 
 
 def main() -> int:

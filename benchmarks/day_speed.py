@@ -4,8 +4,8 @@ rungs under the day's agent load, no faults.
     .venv/bin/python benchmarks/day_speed.py [--sessions 2,6] [--seconds 30]
 
 For rung ``fast`` (n-gram speculation k=5) and rung ``nospec``: one engine under the
-plain restart loop of ``supervisor/chaos/day_arms.py``, then the day's fleet
-(``supervisor/chaos/day_faults.Load``) for ``--seconds`` at each session count; prints
+plain restart loop of ``agent_supervisor/chaos/day_arms.py``, then the day's fleet
+(``agent_supervisor/chaos/day_faults.Load``) for ``--seconds`` at each session count; prints
 completion tokens/s in total and per request, and the requests that failed. Wrap it in
 ``flock /tmp/engine.lock`` on a shared box; the ratio fast/nospec is the figure (both
 measured in the same run, one after the other).
@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.chaos.day import overrides  # noqa: E402
-from supervisor.chaos.day_arms import RestartLoop, write_policy  # noqa: E402
-from supervisor.chaos.day_faults import Load  # noqa: E402
-from supervisor.chaos.day_schedule import Day  # noqa: E402
-from supervisor.chaos.harness import chaos_policy  # noqa: E402
+from agent_supervisor.chaos.day import overrides  # noqa: E402
+from agent_supervisor.chaos.day_arms import RestartLoop, write_policy  # noqa: E402
+from agent_supervisor.chaos.day_faults import Load  # noqa: E402
+from agent_supervisor.chaos.day_schedule import Day  # noqa: E402
+from agent_supervisor.chaos.harness import chaos_policy  # noqa: E402
 
 
 def main() -> int:

@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.record.store import Store  # noqa: E402
+from agent_supervisor.record.store import Store  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.integration.conftest import engine_core_pid  # noqa: E402
 
@@ -76,7 +76,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sup-bench-"))
     for i, mode in enumerate(modes):
         path, url = make_policy(args.policy, tmp, mode)
-        proc = subprocess.Popen([sys.executable, "-m", "supervisor", "--log-level", "warning",
+        proc = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "--log-level", "warning",
                                  "run", "--policy", str(path)], cwd=ROOT)
         time.sleep(1)
         store = Store.open(url, fleet="cpu-demo")

@@ -21,7 +21,7 @@ change to the proxy path measured against the code before it in one run.
 
 The gateway runs as it is deployed: round-robin at real-time priority 5, the scheduling
 of the supervisor's unit, which a gateway the supervisor starts inherits, and of the
-gateway's own unit (supervisor/act/systemd.py ``SCHEDULING``); ``gateway@normal`` is
+gateway's own unit (agent_supervisor/act/systemd.py ``SCHEDULING``); ``gateway@normal`` is
 the same gateway under the normal scheduler, beside it (both need root or
 CAP_SYS_NICE for the first: without it the row says so and runs normal). nginx and
 LiteLLM run under the normal scheduler, as their packages install them.
@@ -47,7 +47,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from supervisor.act.systemd import SCHEDULING  # noqa: E402
+from agent_supervisor.act.systemd import SCHEDULING  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 ENGINE_PY = ROOT / ".engine-venv" / "bin" / "python"
@@ -148,7 +148,7 @@ def start_all(tmp: Path, procs: list[subprocess.Popen], names: set[str],
               compare: Path | None = None) -> dict[str, dict]:
     engine, ngx, lt = free_port(), free_port(), free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmp)}
-    # Not under taskset, as the launcher (supervisor/act/launcher.py) gives the engine
+    # Not under taskset, as the launcher (agent_supervisor/act/launcher.py) gives the engine
     # every CPU: vLLM's CPU worker binds its OpenMP threads itself from the CPUs it may
     # use less the ones it reserves for its scheduler (VLLM_CPU_OMP_THREADS_BIND=auto,
     # vllm/utils/ompmultiprocessing.py), and with only core 0 allowed it has 1 CPU for

@@ -144,7 +144,7 @@ def start(tmp: Path, procs: list[subprocess.Popen], upstream: int,
             "fleet": "bench", "engine": {"executable": "vllm", "port": upstream},
             "modes": [{"name": "plain"}], "gateway": {"port": port},
             "storage": {"state_directory": str(state)}}))
-        proc = subprocess.Popen([sys.executable, "-m", "supervisor", "gateway", "--policy",
+        proc = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "gateway", "--policy",
                                  str(state / "gw.yaml")], cwd=root, start_new_session=True,
                                 stderr=open(state / "gateway.log", "w"))  # noqa: SIM115
         procs.append(proc)

@@ -27,9 +27,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.policy import build_argv, load_policy_file  # noqa: E402
-from supervisor.sense.engine_metrics import parse_metrics  # noqa: E402
-from supervisor.sense.profiles import profile_for  # noqa: E402
+from agent_supervisor.policy import build_argv, load_policy_file  # noqa: E402
+from agent_supervisor.sense.engine_metrics import parse_metrics  # noqa: E402
+from agent_supervisor.sense.profiles import profile_for  # noqa: E402
 
 PROMPTS = ["I will read the file in main.py", "Let me run the tests in server.py",
            "I will search the module in utils.py", "Next I will patch the config in cli.py",

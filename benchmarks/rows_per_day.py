@@ -20,8 +20,8 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
 from tests.conftest import fake_engine_policy
 
 TABLES = ("telemetry", "incidents", "mode_transitions", "engine_runs", "service_runs",

@@ -24,7 +24,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.chaos.harness import Rig  # noqa: E402
+from agent_supervisor.chaos.harness import Rig  # noqa: E402
 
 
 def main() -> int:

@@ -29,17 +29,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.act.launcher import EngineLauncher  # noqa: E402
-from supervisor.decide.decide import decide  # noqa: E402
-from supervisor.decide.ladder import LadderState  # noqa: E402
-from supervisor.policy import load_policy_file  # noqa: E402
-from supervisor.sense.collect import Sensors  # noqa: E402
-from supervisor.sense.engine_metrics import parse_metrics  # noqa: E402
-from supervisor.sense.gpu import GpuSensor  # noqa: E402
-from supervisor.sense.host import HostReader  # noqa: E402
-from supervisor.sense.kernel_log import KernelLogFollower  # noqa: E402
-from supervisor.sense.process_tree import read_process_tree  # noqa: E402
-from supervisor.telemetry.window import Window  # noqa: E402
+from agent_supervisor.act.launcher import EngineLauncher  # noqa: E402
+from agent_supervisor.decide.decide import decide  # noqa: E402
+from agent_supervisor.decide.ladder import LadderState  # noqa: E402
+from agent_supervisor.policy import load_policy_file  # noqa: E402
+from agent_supervisor.sense.collect import Sensors  # noqa: E402
+from agent_supervisor.sense.engine_metrics import parse_metrics  # noqa: E402
+from agent_supervisor.sense.gpu import GpuSensor  # noqa: E402
+from agent_supervisor.sense.host import HostReader  # noqa: E402
+from agent_supervisor.sense.kernel_log import KernelLogFollower  # noqa: E402
+from agent_supervisor.sense.process_tree import read_process_tree  # noqa: E402
+from agent_supervisor.telemetry.window import Window  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 LOAD = """

@@ -1,6 +1,6 @@
 """Alembic environment for the incident store.
 
-The service calls ``supervisor.record.store.upgrade(url)``, which passes an open
+The service calls ``agent_supervisor.record.store.upgrade(url)``, which passes an open
 connection in ``config.attributes["connection"]``. From the command line the URL comes
 from ``-x url=...`` or ``$SUPERVISOR_DATABASE_URL``.
 """
@@ -12,7 +12,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
-from supervisor.record.models import Base
+from agent_supervisor.record.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -15,7 +15,7 @@ from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from supervisor.policy import Policy, load_policy
+from agent_supervisor.policy import Policy, load_policy
 
 # These machines are shared and the CPU engine starves other processes for seconds:
 # a per-example deadline would fail on the box's load, not on the code.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from supervisor.record.models import UTCDateTime
+from agent_supervisor.record.models import UTCDateTime
 
 revision = "0001"
 down_revision = None

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.conftest import fake_engine_policy
 from tests.process.test_launcher import wait_for
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from httpx import ASGITransport, AsyncClient
 
-from supervisor.show.api.app import create_admin_app
-from supervisor.show.api.deps import LOOPBACK_NAMES, allowed_host
-from supervisor.states import EngineState
+from agent_supervisor.show.api.app import create_admin_app
+from agent_supervisor.show.api.deps import LOOPBACK_NAMES, allowed_host
+from agent_supervisor.states import EngineState
 from tests.api.conftest import auth
 from tests.process.test_launcher import wait_for
 

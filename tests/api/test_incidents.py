@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-from supervisor.states import EngineState
+from agent_supervisor.states import EngineState
 from tests.process.test_launcher import core_pid, wait_for
 
 

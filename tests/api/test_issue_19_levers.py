@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.api.conftest import TOKEN
 from tests.conftest import ROOT, free_port
 from tests.process.test_launcher import wait_for
@@ -24,7 +24,7 @@ async def cli(sup: Supervisor, *args: str, token: str | None = TOKEN,
         env["SUPERVISOR_ADMIN_TOKEN"] = token
     url = url or f"http://127.0.0.1:{sup.policy.admin.port}"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "supervisor", *args, "--url", url, env=env,
+        sys.executable, "-m", "agent_supervisor", *args, "--url", url, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
@@ -109,7 +109,7 @@ async def test_issue_19_logs_and_logs_follow_across_a_restart(service: Superviso
     assert rc == 0 and len(got) == 3 and ends and ends[-1] >= len(lines) - 10, (got, lines[-10:])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     follow = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "supervisor", "logs", "-f", "-n", "1", "--interval", "0.2",
+        sys.executable, "-m", "agent_supervisor", "logs", "-f", "-n", "1", "--interval", "0.2",
         "--url", f"http://127.0.0.1:{service.policy.admin.port}", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:

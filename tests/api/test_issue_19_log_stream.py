@@ -10,8 +10,8 @@ import uuid
 
 import httpx
 
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.api.conftest import auth
 from tests.process.test_launcher import wait_for
 

@@ -9,7 +9,7 @@ import subprocess
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor import __version__
+from agent_supervisor import __version__
 from tests.process.test_issue_19_alert_rules import promtool
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.act.effects import LOG_TAIL_LINES
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.act.effects import LOG_TAIL_LINES
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.conftest import ROOT, fake_engine_policy
 from tests.process.test_launcher import wait_for
 

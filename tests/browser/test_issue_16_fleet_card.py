@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.incident import Incident
-from supervisor.record.records import AddIncident, ServiceHeartbeat
-from supervisor.record.service_runs import start_service_run
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.act.incident import Incident
+from agent_supervisor.record.records import AddIncident, ServiceHeartbeat
+from agent_supervisor.record.service_runs import start_service_run
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.browser.test_dashboard import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import ROOT, fake_engine_policy
 from tests.process.test_launcher import wait_for

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.browser.test_dashboard import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import ROOT, fake_engine_policy
 from tests.process.test_launcher import wait_for

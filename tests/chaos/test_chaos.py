@@ -1,6 +1,6 @@
 """The chaos suite against the real CPU engine under an agent fleet through the gateway.
 
-One supervisor life goes through the scenarios of ``supervisor.chaos.scenarios.SEQUENCE``
+One supervisor life goes through the scenarios of ``agent_supervisor.chaos.scenarios.SEQUENCE``
 in order (each leaves the engine serving); the start-up failure loop and the database
 outage get lives of their own (``test_chaos_own_lives.py``: a separate module, so this
 module's loaded engine is gone before they start theirs). Targets (issue 9): crash ->
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from supervisor.chaos import scenarios
-from supervisor.chaos.harness import Result, Rig
+from agent_supervisor.chaos import scenarios
+from agent_supervisor.chaos.harness import Result, Rig
 
 RESULTS: list[Result] = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor.chaos import extra
+from agent_supervisor.chaos import extra
 from tests.chaos.test_chaos import record
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from supervisor.chaos.day import print_report, run_day
-from supervisor.chaos.day_schedule import short_day
+from agent_supervisor.chaos.day import print_report, run_day
+from agent_supervisor.chaos.day_schedule import short_day
 
 
 def _engines_under(base: Path) -> list[int]:

@@ -43,7 +43,7 @@ end in some other way (memory that comes back slowly: ``action: start``,
 ``not_before_s: 60``) says so in ``expect``, and the kind must still never be raised.
 
 Raw evidence: ``engine_log_lines`` and ``kernel_lines`` in ``fields``/``once`` are
-classified with today's classifiers (``supervisor.sense.reclassify``) into
+classified with today's classifiers (``agent_supervisor.sense.reclassify``) into
 ``engine_log_tags`` and ``kernel_events``, exactly as replay re-judges a recorded trace.
 
 Worker nodes of an engine across boxes (``fields: {nodes: [{name: spark-2, ...}]}``): each
@@ -73,16 +73,16 @@ from typing import Any
 
 import yaml
 
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action, Decision
-from supervisor.decide.ladder import LadderState, advance
-from supervisor.policy import Policy, load_policy
-from supervisor.sense.engine_log import classify_engine_line
-from supervisor.sense.reclassify import reclassify
-from supervisor.states import EngineState
-from supervisor.telemetry.node_sample import NodeSample
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.ladder import LadderState, advance
+from agent_supervisor.policy import Policy, load_policy
+from agent_supervisor.sense.engine_log import classify_engine_line
+from agent_supervisor.sense.reclassify import reclassify
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.node_sample import NodeSample
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 
 __all__ = ["FIELD", "FieldCase", "all_cases", "build_samples", "case_samples", "first_action",
            "load_case",
@@ -215,7 +215,7 @@ def build_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> 
 
 def case_samples(segments: list[dict[str, Any]], *, source: str = "<case>") -> list[Sample]:
     """``build_samples`` with each sample's raw log and kernel lines classified by today's
-    classifiers (``supervisor.sense.reclassify``), as a case is played.
+    classifiers (``agent_supervisor.sense.reclassify``), as a case is played.
 
     Raises: ValueError as ``build_samples``.
     """

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from supervisor.act.incident import Incident, Transition
-from supervisor.record.models import (
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.record.models import (
     IncidentRow,
     ModeTransitionRow,
     ServiceRunRow,
     TelemetryRow,
 )
-from supervisor.record.records import (
+from agent_supervisor.record.records import (
     AddIncident,
     AddRun,
     AddTelemetry,
@@ -25,8 +25,8 @@ from supervisor.record.records import (
     TelemetryPoint,
     UpdateRun,
 )
-from supervisor.record.store import Store
-from supervisor.record.writer import RecordWriter
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.writer import RecordWriter
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 

@@ -23,7 +23,7 @@ import psutil
 import pytest
 import yaml
 
-from supervisor.record.store import Store
+from agent_supervisor.record.store import Store
 from tests.conftest import ROOT, free_port
 
 ENGINE_PYTHON = ROOT / ".engine-venv" / "bin" / "python"
@@ -76,7 +76,7 @@ class Service:
         self.log_path = policy_path.with_suffix(".log")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--policy", str(policy_path),
+            [sys.executable, "-m", "agent_supervisor", "run", "--policy", str(policy_path),
              *(extra_args or [])],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         self._store: Store | None = None

@@ -39,10 +39,10 @@ import psutil
 import pytest
 import yaml
 
-from supervisor.policy import load_policy
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.policy import load_policy
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.conftest import free_port
 from tests.integration.conftest import ENGINE_PYTHON, MODELS
 from tests.process.test_issue_16_nodes import (

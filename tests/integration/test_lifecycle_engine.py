@@ -12,15 +12,15 @@ from pathlib import Path
 import psutil
 import yaml
 
-from supervisor.act.launcher import EngineLauncher
-from supervisor.act.processes import group_members
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState
-from supervisor.policy import load_policy_file
-from supervisor.sense.collect import Sensors
-from supervisor.states import CrashReason, EngineState
-from supervisor.telemetry.window import Window
+from agent_supervisor.act.launcher import EngineLauncher
+from agent_supervisor.act.processes import group_members
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState
+from agent_supervisor.policy import load_policy_file
+from agent_supervisor.sense.collect import Sensors
+from agent_supervisor.states import CrashReason, EngineState
+from agent_supervisor.telemetry.window import Window
 from tests.integration.conftest import demo_policy
 
 

@@ -34,16 +34,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.act.launcher import EngineLauncher
-from supervisor.chaos import scenarios
-from supervisor.chaos.harness import ROOT, Rig
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState
-from supervisor.policy import load_policy
-from supervisor.sense.collect import Sensors
-from supervisor.states import EngineState
-from supervisor.telemetry.window import Window
+from agent_supervisor.act.launcher import EngineLauncher
+from agent_supervisor.chaos import scenarios
+from agent_supervisor.chaos.harness import ROOT, Rig
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState
+from agent_supervisor.policy import load_policy
+from agent_supervisor.sense.collect import Sensors
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.window import Window
 from tests.helpers.freezer import Freezer
 
 LLAMACPP = ROOT / ".llamacpp"

@@ -11,8 +11,8 @@ import socket
 import time
 from pathlib import Path
 
-from supervisor.act.processes import group_members
-from supervisor.record.store import Store
+from agent_supervisor.act.processes import group_members
+from agent_supervisor.record.store import Store
 from tests.integration.conftest import demo_policy, engine_core_pid
 
 

@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from supervisor.load.agents import AgentLoad
+from agent_supervisor.load.agents import AgentLoad
 from tests.conftest import ROOT
 from tests.integration.conftest import demo_policy
 
@@ -22,7 +22,7 @@ from tests.integration.conftest import demo_policy
 def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_factory) -> None:
     policy = demo_policy(tmp_path, guards={"speculative": {
         "slower_sustain_seconds": 20, "calm_max_wait_seconds": 10}})
-    cal = subprocess.run([sys.executable, "-m", "supervisor", "--log-level", "warning",
+    cal = subprocess.run([sys.executable, "-m", "agent_supervisor", "--log-level", "warning",
                           "calibrate", "--policy", str(policy), "--modes", "nospec",
                           "--concurrency", "4", "--seconds", "10"],
                          cwd=ROOT, capture_output=True, text=True, timeout=400)
@@ -69,7 +69,7 @@ def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_fact
     assert runs[-1].mode == "nospec" and "--speculative-config" not in runs[-1].argv
     assert svc.stop() == 0
 
-    replayed = subprocess.run([sys.executable, "-m", "supervisor", "replay", str(trace),
+    replayed = subprocess.run([sys.executable, "-m", "agent_supervisor", "replay", str(trace),
                                "--policy", str(policy)], cwd=ROOT, capture_output=True,
                               text=True, timeout=120)
     assert replayed.returncode == 0, replayed.stdout[-3000:]

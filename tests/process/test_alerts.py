@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from supervisor.act.incident import Incident, Transition
-from supervisor.policy_guards import AlertSpec
-from supervisor.show.alerts import Alerter
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.policy_guards import AlertSpec
+from agent_supervisor.show.alerts import Alerter
 from tests.conftest import free_port
 
 

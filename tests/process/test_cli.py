@@ -18,7 +18,7 @@ from tests.conftest import FAKE_ENGINE, ROOT, free_port, free_ports
 
 
 def sup(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agent_supervisor", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=60, **kw)
 
 
@@ -63,7 +63,7 @@ def test_run_until_sigterm_then_show_the_records(tmp_path: Path) -> None:
         # Never the default listeners (8080, 8081): they may be taken (issue 18).
         "gateway": {"port": gateway_port}, "admin": {"port": admin_port},
     }))
-    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
+    proc = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "run", "--policy",
                              str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -159,7 +159,7 @@ def test_issue_18_a_busy_listener_port_exits_2_and_leaves_a_clean_stop(tmp_path:
 
 def test_issue_18_a_second_run_on_one_policy_exits_2_naming_the_holder(tmp_path: Path) -> None:
     policy = cli_policy(tmp_path)
-    first = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
+    first = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "run", "--policy",
                               str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         wait_ready(policy)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.engine_env import find_run_tmp_dirs
-from supervisor.states import CrashReason, EngineState
+from agent_supervisor.act.engine_env import find_run_tmp_dirs
+from agent_supervisor.states import CrashReason, EngineState
 from tests.process.test_launcher import launcher_for, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ async def test_issue_17_a_state_tmp_owned_by_another_user_is_refused(
 _EMFILE = textwrap.dedent("""
     import asyncio, os, resource, sys
     from pathlib import Path
-    from supervisor.act.launcher import EngineLauncher
+    from agent_supervisor.act.launcher import EngineLauncher
     from tests.conftest import fake_engine_policy
 
     async def main():

@@ -18,8 +18,8 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from supervisor.gateway.proxy import HEALTHY_500_SECONDS
-from supervisor.gateway.server import Gateway
+from agent_supervisor.gateway.proxy import HEALTHY_500_SECONDS
+from agent_supervisor.gateway.server import Gateway
 from tests.conftest import FAKE_ENGINE, fake_engine_policy
 
 

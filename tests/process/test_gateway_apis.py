@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from supervisor.gateway.paths import ADMITTED
-from supervisor.gateway.prompt import estimate_tokens
+from agent_supervisor.gateway.paths import ADMITTED
+from agent_supervisor.gateway.prompt import estimate_tokens
 from tests.process.test_gateway import Rig, chat, start_engine, stop_engine
 
 

@@ -42,7 +42,7 @@ def _policy(base: Path, port: int, **gateway: object) -> Path:
 
 def _gateway(path: Path, owner: str) -> subprocess.Popen[bytes]:
     with open(path.with_name("gateway.log"), "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "supervisor", "gateway", "--policy",
+        proc = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "gateway", "--policy",
                                  str(path), "--owner", owner], cwd=ROOT, stderr=log)
     state = path.parent / "state"
     wait("control", lambda: control(state, "GET", "/control/state")[0] == 200)

@@ -23,7 +23,7 @@ import psutil
 import pytest
 import yaml
 
-from supervisor.record.store import Store
+from agent_supervisor.record.store import Store
 from tests.conftest import FAKE_ENGINE, ROOT
 from tests.process.test_production import engines, policy_file, start, status
 from tests.process.test_production import wait as wait_20
@@ -219,7 +219,7 @@ def test_issue_14_gateway_hands_its_sockets_over_on_sighup(tmp_path: Path,
                                                           engine_and_policy: Path) -> None:
     path, state = engine_and_policy, tmp_path / "state"
     with open(tmp_path / "gateway.log", "ab") as log:
-        first = subprocess.Popen([sys.executable, "-m", "supervisor", "gateway", "--policy",
+        first = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "gateway", "--policy",
                                   str(path)], cwd=ROOT, stderr=log)
     wait("control", lambda: control(state, "GET", "/control/state")[0] == 200)
     assert control(state, "POST", "/control/release", {"rung": 1})[0] == 200
@@ -252,7 +252,7 @@ def test_issue_14_socket_activation_gives_the_gateway_its_sockets(
     with open(tmp_path / "gateway.log", "ab") as log:
         proc = subprocess.Popen([ACTIVATE, "-l", f"127.0.0.1:{port}", "-l",
                                  str(state / "gateway.sock"), sys.executable, "-m",
-                                 "supervisor", "gateway", "--policy", str(path)],
+                                 "agent_supervisor", "gateway", "--policy", str(path)],
                                 cwd=ROOT, stderr=log)
     try:
         # The first connection (the supervisor's, to the control socket) starts it.
@@ -273,12 +273,12 @@ def test_issue_14_socket_activation_gives_the_gateway_its_sockets(
 def test_issue_14_a_second_gateway_on_one_state_directory_exits_2(
         tmp_path: Path, engine_and_policy: Path) -> None:
     path = engine_and_policy
-    first = subprocess.Popen([sys.executable, "-m", "supervisor", "gateway", "--policy",
+    first = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "gateway", "--policy",
                               str(path)], cwd=ROOT, stderr=subprocess.DEVNULL)
     try:
         wait("control", lambda: control(tmp_path / "state", "GET",
                                         "/control/state")[0] == 200)
-        second = subprocess.run([sys.executable, "-m", "supervisor", "gateway", "--policy",
+        second = subprocess.run([sys.executable, "-m", "agent_supervisor", "gateway", "--policy",
                                  str(path)], cwd=ROOT, capture_output=True, text=True,
                                 timeout=60)
         assert second.returncode == 2

@@ -1,4 +1,4 @@
-"""The gateway's own HTTP/1.1 client to the engine (supervisor/gateway/upstream.py) over
+"""The gateway's own HTTP/1.1 client to the engine (agent_supervisor/gateway/upstream.py) over
 real sockets: small asyncio servers on free ports write exact bytes, so each behaviour
 (chunked bodies as they come, keep-alive and its limits, timeouts between reads, broken
 and interim responses, the request as sent) is deterministic; one stream comes from the
@@ -17,8 +17,8 @@ from typing import cast
 
 import pytest
 
-from supervisor.gateway import upstream as upstream_module
-from supervisor.gateway.upstream import Upstream, UpstreamError
+from agent_supervisor.gateway import upstream as upstream_module
+from agent_supervisor.gateway.upstream import Upstream, UpstreamError
 from tests.conftest import free_port
 from tests.process.test_gateway import start_engine, stop_engine
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.errors import AlreadyRunning
-from supervisor.runtime.lock import InstanceLock
+from agent_supervisor.errors import AlreadyRunning
+from agent_supervisor.runtime.lock import InstanceLock
 
 
 def test_issue_18_a_second_holder_is_refused_naming_the_first_pid(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_issue_18_a_second_holder_is_refused_naming_the_first_pid(tmp_path: Path
 
 def test_a_dead_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     code = ("import os, sys; from pathlib import Path; "
-            "from supervisor.runtime.lock import InstanceLock; "
+            "from agent_supervisor.runtime.lock import InstanceLock; "
             f"InstanceLock(Path({str(tmp_path / 'state')!r})).acquire(); os._exit(9)")
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ,
                           "PYTHONPATH": str(Path(__file__).resolve().parents[2])})

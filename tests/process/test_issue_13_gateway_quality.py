@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from supervisor.sense.gateway_load import gateway_fields
+from agent_supervisor.sense.gateway_load import gateway_fields
 from tests.process.test_gateway import Rig, chat
 
 KEYS = {"auth": "keys", "api_keys": [
@@ -110,7 +110,7 @@ async def test_request_shapes_only_where_opted_in_and_never_text(tmp_path: Path)
 
     import pytest
 
-    from supervisor.load.fleet_shapes import fetch_shapes, fleet_profile
+    from agent_supervisor.load.fleet_shapes import fetch_shapes, fleet_profile
     secret = "the customer's password is hunter2"
     async with Rig(tmp_path / "off", modes=MODES) as rig:
         async with httpx.AsyncClient(timeout=30) as c:

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from supervisor.decide.decision import Action, Decision
-from supervisor.decide.findings import Finding, Severity
-from supervisor.policy_holder import PolicyHolder
-from supervisor.record.baselines import args_digest, load_acceptance
-from supervisor.record.records import AddBaseline
-from supervisor.record.store import Store
-from supervisor.runtime.good_runs import GoodRuns
-from supervisor.telemetry.window import Window
+from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.findings import Finding, Severity
+from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.record.baselines import args_digest, load_acceptance
+from agent_supervisor.record.records import AddBaseline
+from agent_supervisor.record.store import Store
+from agent_supervisor.runtime.good_runs import GoodRuns
+from agent_supervisor.telemetry.window import Window
 from tests.helpers.field_cases import FIELD, build_samples, first_action, load_case, play_case
 
 LOTTERY = FIELD / "spec_launch_lottery" / "bad_launch.yaml"

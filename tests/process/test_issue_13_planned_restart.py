@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor.act.effects import Executor
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import advance
-from supervisor.record.store import Store
+from agent_supervisor.act.effects import Executor
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import advance
+from agent_supervisor.record.store import Store
 from tests.conftest import fake_engine_policy
 from tests.helpers.field_cases import FIELD, first_action, load_case, play_case
 from tests.process.test_alerts import Receiver

@@ -44,7 +44,7 @@ def _policy(tmp_path: Path, name: str, url: str, initial: str) -> Path:
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agent_supervisor", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -62,7 +62,7 @@ def test_issue_16_two_supervisors_on_one_postgres_listed_by_fleet(tmp_path: Path
         for name, initial in (("box-a", "fast"), ("box-b", "safe")):
             with open(tmp_path / f"{name}.log", "w") as log:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "supervisor", "run", "--policy",
+                    [sys.executable, "-m", "agent_supervisor", "run", "--policy",
                      str(_policy(tmp_path, name, pg_url, initial))], cwd=ROOT,
                     env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                     stderr=log))

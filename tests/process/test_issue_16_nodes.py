@@ -29,10 +29,10 @@ import psutil
 import pytest
 import yaml
 
-from supervisor.policy import load_policy
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.policy import load_policy
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.conftest import FAKE_ENGINE, ROOT, free_port
 from tests.process.test_launcher import wait_for
 
@@ -75,7 +75,7 @@ def _head_policy(path: Path, data: dict):
 def _agent(path: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "agent", "--policy", str(path),
+            [sys.executable, "-m", "agent_supervisor", "agent", "--policy", str(path),
              "--node", "spark-2", *extra], cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=subprocess.STDOUT)
 
@@ -354,12 +354,13 @@ def test_issue_16_agent_refuses_to_run_without_a_token(tmp_path: Path) -> None:
     data["engine"]["distributed"].pop("agent_token_file")
     path.write_text(yaml.safe_dump(data))
     env = {k: v for k, v in os.environ.items() if k != "SUPERVISOR_AGENT_TOKEN"}
-    out = subprocess.run([sys.executable, "-m", "supervisor", "agent", "--policy", str(path),
+    out = subprocess.run([sys.executable, "-m", "agent_supervisor", "agent", "--policy", str(path),
                           "--node", "spark-2"], cwd=ROOT, capture_output=True, text=True,
                          env={**env, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert out.returncode == 1 and "no agent token" in out.stderr
-    wrong = subprocess.run([sys.executable, "-m", "supervisor", "agent", "--policy", str(path),
-                            "--node", "spark-1"], cwd=ROOT, capture_output=True, text=True,
+    wrong = subprocess.run([sys.executable, "-m", "agent_supervisor", "agent", "--policy",
+                            str(path), "--node", "spark-1"], cwd=ROOT, capture_output=True,
+                           text=True,
                            env={**env, "PYTHONPATH": str(ROOT), "SUPERVISOR_AGENT_TOKEN": "t"},
                            timeout=60)
     assert wrong.returncode == 2 and "no worker node 'spark-1'" in wrong.stderr

@@ -58,10 +58,10 @@ def test_issue_19_every_alert_asked_for_exists_and_is_unit_tested() -> None:
 
 
 def test_issue_19_rules_read_only_metrics_the_supervisor_exports() -> None:
-    from supervisor.show import metrics
+    from agent_supervisor.show import metrics
 
     source = "\n".join(Path(m.__file__).read_text() for m in (
-        metrics, __import__("supervisor.gateway.metrics", fromlist=["x"])))
+        metrics, __import__("agent_supervisor.gateway.metrics", fromlist=["x"])))
     read = {name for r in rules() for name in re.findall(r"\b(supervisor_[a-z_]+|up)\b",
                                                           r["expr"])}
     read.discard("up")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.systemd import DEFAULT_USER
-from supervisor.policy import load_policy_file
+from agent_supervisor.act.systemd import DEFAULT_USER
+from agent_supervisor.policy import load_policy_file
 from tests.conftest import ROOT
 
 POLICY = """\
@@ -31,7 +31,7 @@ modes:
 
 
 def sup(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agent_supervisor", *args], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

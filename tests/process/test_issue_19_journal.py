@@ -12,9 +12,9 @@ from tests.conftest import ROOT
 
 CODE = """
 import logging
-from supervisor.cli import _setup_logging
+from agent_supervisor.cli import _setup_logging
 _setup_logging("debug")
-log = logging.getLogger("supervisor")
+log = logging.getLogger("agent_supervisor")
 log.debug("d"); log.info("engine ready"); log.warning("memory low"); log.error("gone")
 try:
     1 / 0

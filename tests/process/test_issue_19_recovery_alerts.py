@@ -7,11 +7,11 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from supervisor.act.incident import Transition
-from supervisor.policy_guards import AlertSpec
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.show.alerts import Alerter
+from agent_supervisor.act.incident import Transition
+from agent_supervisor.policy_guards import AlertSpec
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.show.alerts import Alerter
 from tests.conftest import fake_engine_policy
 from tests.process.test_alerts import STEP, Receiver, incident, until
 

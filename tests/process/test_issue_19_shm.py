@@ -10,7 +10,7 @@ import os
 import uuid
 from pathlib import Path
 
-from supervisor.act.processes import SHM_DIR, remove_stale_shm, shm_snapshot
+from agent_supervisor.act.processes import SHM_DIR, remove_stale_shm, shm_snapshot
 
 
 def _take(lock) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psutil
 
-from supervisor.act.launcher import EngineLauncher
-from supervisor.act.processes import SHM_DIR, group_members
-from supervisor.states import CrashReason, EngineState
+from agent_supervisor.act.launcher import EngineLauncher
+from agent_supervisor.act.processes import SHM_DIR, group_members
+from agent_supervisor.states import CrashReason, EngineState
 from tests.conftest import fake_engine_policy
 
 

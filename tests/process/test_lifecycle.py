@@ -23,16 +23,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.act.launcher import EngineLauncher
-from supervisor.act.processes import group_members, kill_group, read_leftovers
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState
-from supervisor.errors import EngineStopTimeout
-from supervisor.policy_holder import PolicyHolder
-from supervisor.sense.collect import Sensors
-from supervisor.states import CrashReason, EngineState
-from supervisor.telemetry.window import Window
+from agent_supervisor.act.launcher import EngineLauncher
+from agent_supervisor.act.processes import group_members, kill_group, read_leftovers
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState
+from agent_supervisor.errors import EngineStopTimeout
+from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.sense.collect import Sensors
+from agent_supervisor.states import CrashReason, EngineState
+from agent_supervisor.telemetry.window import Window
 from tests.conftest import fake_engine_policy
 from tests.helpers.freezer import Freezer
 from tests.process.test_launcher import wait_for
@@ -92,7 +92,7 @@ def rebase_before(run, balloon_mb: int) -> int:
     measured now, only the seconds from the stop to the verdict are exposed to that drift,
     and the verdict still reads the real MemAvailable as the real balloon holds and lets go.
     """
-    from supervisor.sense.host import processes_rss_bytes
+    from agent_supervisor.sense.host import processes_rss_bytes
     run.mem_available_before_bytes = psutil.virtual_memory().available + balloon_mb * MiB
     run.processes_rss_before_bytes = processes_rss_bytes()
     return run.mem_available_before_bytes
@@ -283,9 +283,9 @@ async def test_issue_12_gpu_lost_kills_holds_alerts_and_status_says_reboot(
     import httpx
     import yaml
 
-    from supervisor.record.store import Store
-    from supervisor.sense.kernel_log import KernelLogFollower
-    from supervisor.service import Supervisor
+    from agent_supervisor.record.store import Store
+    from agent_supervisor.sense.kernel_log import KernelLogFollower
+    from agent_supervisor.service import Supervisor
     from tests.conftest import ROOT
     from tests.process.test_alerts import Receiver
 
@@ -326,7 +326,7 @@ async def test_issue_12_gpu_lost_kills_holds_alerts_and_status_says_reboot(
             "modes": [{"name": "x"}], "admin": {"port": policy.admin.port},
             "gateway": {"port": policy.gateway.port}}))
         out = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "supervisor", "status", "--policy",
+            subprocess.run, [sys.executable, "-m", "agent_supervisor", "status", "--policy",
                              str(policy_file)], capture_output=True, text=True, cwd=ROOT,
             timeout=60)
         assert out.returncode == 3, out.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.demo import llamacpp
-from supervisor.errors import SetupError
+from agent_supervisor.demo import llamacpp
+from agent_supervisor.errors import SetupError
 from tests.conftest import ROOT
 
 LLAMACPP = ROOT / ".llamacpp"
@@ -22,7 +22,7 @@ def test_a_second_build_returns_at_once_and_touches_nothing() -> None:
         pytest.fail("no .llamacpp/BUILD.json: run `make setup` first")
     binary = LLAMACPP / "bin" / "llama-server"
     before = (binary.stat().st_mtime_ns, json.loads((LLAMACPP / "BUILD.json").read_text()))
-    out = subprocess.run([sys.executable, "-m", "supervisor", "engine-env", "--kind",
+    out = subprocess.run([sys.executable, "-m", "agent_supervisor", "engine-env", "--kind",
                           "llama_cpp", "--path", str(LLAMACPP)], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, check=True)
     assert "up to date" in out.stderr and "llama-server: version:" in out.stdout
@@ -49,7 +49,7 @@ def test_server_only_converts_no_models(tmp_path: Path) -> None:
         pytest.fail("no .llamacpp/BUILD.json: run `make setup` first")
     (tmp_path / "target").mkdir()              # a demo build under way: no config.json yet
     before = json.loads((LLAMACPP / "BUILD.json").read_text())
-    out = subprocess.run([sys.executable, "-m", "supervisor", "engine-env", "--kind",
+    out = subprocess.run([sys.executable, "-m", "agent_supervisor", "engine-env", "--kind",
                           "llama_cpp", "--path", str(LLAMACPP), "--server-only",
                           "--models", str(tmp_path)], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, check=True)

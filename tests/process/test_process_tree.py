@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from supervisor.sense.process_tree import read_process_tree
+from agent_supervisor.sense.process_tree import read_process_tree
 
 # The "API server" starts two children with vLLM's process titles as argv[0], prints
 # their pids and sleeps.

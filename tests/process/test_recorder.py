@@ -13,26 +13,26 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from supervisor.act.incident import Incident
-from supervisor.act.launcher import EngineLauncher
-from supervisor.decide.decision import Action
-from supervisor.policy_guards import AlertSpec
-from supervisor.policy_holder import PolicyHolder
-from supervisor.record.records import AddRun, StartService
-from supervisor.record.store import Store
-from supervisor.record.writer import RecordWriter
-from supervisor.runtime.levers import Ladder
-from supervisor.runtime.recorder import Recorder
-from supervisor.runtime.reload import Reloader
-from supervisor.runtime.startup import StartUp
-from supervisor.show.alerts import Alerter
-from supervisor.show.metrics import SupervisorMetrics
-from supervisor.states import CrashReason
+from agent_supervisor.act.incident import Incident
+from agent_supervisor.act.launcher import EngineLauncher
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.policy_guards import AlertSpec
+from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.record.records import AddRun, StartService
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.writer import RecordWriter
+from agent_supervisor.runtime.levers import Ladder
+from agent_supervisor.runtime.recorder import Recorder
+from agent_supervisor.runtime.reload import Reloader
+from agent_supervisor.runtime.startup import StartUp
+from agent_supervisor.show.alerts import Alerter
+from agent_supervisor.show.metrics import SupervisorMetrics
+from agent_supervisor.states import CrashReason
 from tests.conftest import fake_engine_policy
 from tests.process.test_alerts import Receiver
 from tests.process.test_launcher import wait_for
 
-PACKAGE = Path(__file__).resolve().parents[2] / "supervisor"
+PACKAGE = Path(__file__).resolve().parents[2] / "agent_supervisor"
 
 
 def incident_kinds() -> set[str]:

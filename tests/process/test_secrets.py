@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from supervisor.record.store import Store
+from agent_supervisor.record.store import Store
 from tests.process.test_production import engines, policy_file, start, status, wait
 
 SECRETS = {

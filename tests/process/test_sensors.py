@@ -8,12 +8,12 @@ import asyncio
 import time
 from pathlib import Path
 
-from supervisor.act.launcher import EngineLauncher
-from supervisor.sense.collect import Sensors
-from supervisor.sense.gpu import GpuSensor
-from supervisor.sense.kernel_log import KernelLogFollower
-from supervisor.states import EngineState
-from supervisor.telemetry.window import Window
+from agent_supervisor.act.launcher import EngineLauncher
+from agent_supervisor.sense.collect import Sensors
+from agent_supervisor.sense.gpu import GpuSensor
+from agent_supervisor.sense.kernel_log import KernelLogFollower
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.window import Window
 from tests.conftest import fake_engine_policy
 from tests.process.test_launcher import wait_for
 

@@ -8,10 +8,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from supervisor.act.processes import group_members
-from supervisor.record.store import Store
-from supervisor.service import Supervisor
-from supervisor.states import EngineState
+from agent_supervisor.act.processes import group_members
+from agent_supervisor.record.store import Store
+from agent_supervisor.service import Supervisor
+from agent_supervisor.states import EngineState
 from tests.conftest import fake_engine_policy
 from tests.process.test_launcher import wait_for
 
@@ -124,7 +124,7 @@ async def test_leftover_engine_of_an_earlier_life_is_killed_at_start(tmp_path: P
 async def test_host_reset_starts_one_rung_down_and_is_recorded(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from supervisor.record.records import AddRun, StartService, new_key
+    from agent_supervisor.record.records import AddRun, StartService, new_key
 
     sup, reader = make(tmp_path, [{"name": "fast"}, {"name": "safe",
                                                      "args": {"--max-num-seqs": 1}}])

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from supervisor.record.spool import Spool
+from agent_supervisor.record.spool import Spool
 
 #: Lives killed; about 1 s each (the child's imports dominate).
 KILLS = int(os.environ.get("SUPERVISOR_SPOOL_KILLS", "30"))
@@ -26,8 +26,8 @@ _CHILD = r"""
 import random, sys
 from datetime import UTC, datetime
 from pathlib import Path
-from supervisor.record.records import AddIncident, Incident, StartService
-from supervisor.record.spool import Spool
+from agent_supervisor.record.records import AddIncident, Incident, StartService
+from agent_supervisor.record.spool import Spool
 
 spool = Spool(Path(sys.argv[1]))
 print("torn", getattr(spool, "torn_cut", 0), flush=True)

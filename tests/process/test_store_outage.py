@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from supervisor.errors import StoreError
-from supervisor.record.records import AddRun, StartService
-from supervisor.record.store import Store, make_engine
-from supervisor.record.writer import RecordWriter
+from agent_supervisor.errors import StoreError
+from agent_supervisor.record.records import AddRun, StartService
+from agent_supervisor.record.store import Store, make_engine
+from agent_supervisor.record.writer import RecordWriter
 from tests.conftest import PG_URL
 from tests.helpers.outage import (
     T0,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.systemd import systemd_escape, unit_file
-from supervisor.errors import PolicyError
-from supervisor.policy import load_policy_file
+from agent_supervisor.act.systemd import systemd_escape, unit_file
+from agent_supervisor.errors import PolicyError
+from agent_supervisor.policy import load_policy_file
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYZE = shutil.which("systemd-analyze")

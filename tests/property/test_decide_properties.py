@@ -5,13 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState, advance
-from supervisor.policy import load_policy
-from supervisor.states import CrashReason, EngineState
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState, advance
+from agent_supervisor.policy import load_policy
+from agent_supervisor.states import CrashReason, EngineState
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 
 POLICY = load_policy("""
 fleet: t

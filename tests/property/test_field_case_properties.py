@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.decide.decision import Action
+from agent_supervisor.decide.decision import Action
 from tests.helpers.field_cases import (
     FieldCase,
     all_cases,

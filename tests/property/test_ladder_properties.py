@@ -7,13 +7,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action
-from supervisor.decide.findings import Severity
-from supervisor.decide.ladder import HOUR, LadderState, advance
-from supervisor.states import EngineState
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.findings import Severity
+from agent_supervisor.decide.ladder import HOUR, LadderState, advance
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 from tests.unit.scenario import POLICY, GiB
 
 GRACEFUL = (Action.STEP_DOWN, Action.STEP_UP)

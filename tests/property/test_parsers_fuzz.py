@@ -19,10 +19,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.act.systemd import unit_file
-from supervisor.errors import PolicyError
-from supervisor.policy import load_policy, load_policy_file
-from supervisor.record.records import (
+from agent_supervisor.act.systemd import unit_file
+from agent_supervisor.errors import PolicyError
+from agent_supervisor.policy import load_policy, load_policy_file
+from agent_supervisor.record.records import (
     AddIncident,
     AddRun,
     Incident,
@@ -31,8 +31,8 @@ from supervisor.record.records import (
     record_from_json,
     record_to_json,
 )
-from supervisor.record.spool import Spool
-from supervisor.show.timeline import replay_command
+from agent_supervisor.record.spool import Spool
+from agent_supervisor.show.timeline import replay_command
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = [(ROOT / "policies" / n).read_bytes() for n in ("cpu-demo.yaml", "gb10-nvfp4-mtp.yaml")]

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Decision
-from supervisor.decide.ladder import LadderState, advance
-from supervisor.policy import load_policy
-from supervisor.states import EngineState
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Decision
+from agent_supervisor.decide.ladder import LadderState, advance
+from agent_supervisor.policy import load_policy
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 
 GiB = 1024**3
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.decide.decide import decide
-from supervisor.decide.decision import Action, Decision
-from supervisor.decide.findings import Severity
-from supervisor.decide.ladder import LadderState, advance, restart_delay
-from supervisor.policy import Restart, load_policy
-from supervisor.states import EngineState
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.findings import Severity
+from agent_supervisor.decide.ladder import LadderState, advance, restart_delay
+from agent_supervisor.policy import Restart, load_policy
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 
 POLICY = load_policy("""
 fleet: t

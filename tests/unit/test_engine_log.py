@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.sense.engine_log import SIGNATURES, Signature, classify_engine_line
+from agent_supervisor.sense.engine_log import SIGNATURES, Signature, classify_engine_line
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine_log"
 
@@ -153,7 +153,7 @@ def test_issue_12_a_refused_argument_names_its_flag(line: str, tag: str) -> None
 
 
 def test_issue_12_the_wait_for_core_loop_is_not_progress() -> None:
-    from supervisor.sense.engine_log import is_progress
+    from agent_supervisor.sense.engine_log import is_progress
     wait = ("(APIServer pid=24482) DEBUG 07-15 07:11:34 [v1/engine/utils.py:1239] Waiting for "
             "1 local, 0 remote core engine proc(s) to start.")
     assert not is_progress(wait)

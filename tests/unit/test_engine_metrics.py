@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.errors import MetricsParseError
-from supervisor.sense.engine_metrics import parse_metrics
-from supervisor.sense.names import METRICS
-from supervisor.telemetry.sample import Sample
+from agent_supervisor.errors import MetricsParseError
+from agent_supervisor.sense.engine_metrics import parse_metrics
+from agent_supervisor.sense.names import METRICS
+from agent_supervisor.telemetry.sample import Sample
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "vllm" / "0.32.0" / "mimo-mtp2.metrics.txt"
 

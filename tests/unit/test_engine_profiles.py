@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from supervisor.engine_flags import flag_rules
-from supervisor.errors import PolicyError
-from supervisor.policy import build_argv, load_policy, load_policy_file
-from supervisor.sense.engine_log import classify_engine_line
-from supervisor.sense.engine_metrics import parse_metrics
-from supervisor.sense.profiles import profile_for
+from agent_supervisor.engine_flags import flag_rules
+from agent_supervisor.errors import PolicyError
+from agent_supervisor.policy import build_argv, load_policy, load_policy_file
+from agent_supervisor.sense.engine_log import classify_engine_line
+from agent_supervisor.sense.engine_metrics import parse_metrics
+from agent_supervisor.sense.profiles import profile_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -111,11 +111,12 @@ def test_the_stop_waits_for_the_drain_only_where_sigterm_drains() -> None:
 
 def test_decide_imports_no_engine_profile() -> None:
     """decide/ stays engine-neutral: it reads Sample fields and Mode.speculative only."""
-    for path in sorted((ROOT / "supervisor" / "decide").rglob("*.py")):
+    for path in sorted((ROOT / "agent_supervisor" / "decide").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                assert node.module not in ("supervisor.engine_flags", "supervisor.sense.profiles")
-                assert not node.module.startswith("supervisor.sense"), path
+                assert node.module not in ("agent_supervisor.engine_flags",
+                                           "agent_supervisor.sense.profiles")
+                assert not node.module.startswith("agent_supervisor.sense"), path
 
 
 LLAMA_LINES = (FIXTURES / "engine_log" / "llamacpp-signatures.txt").read_text().splitlines()

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.effects import Executor
-from supervisor.act.engine_run import EngineRun
-from supervisor.act.incident import Incident, Transition
-from supervisor.decide.decision import Action, Decision
-from supervisor.decide.findings import Finding, Severity
-from supervisor.errors import EngineStopTimeout
-from supervisor.states import CrashReason, EngineState
+from agent_supervisor.act.effects import Executor
+from agent_supervisor.act.engine_run import EngineRun
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.findings import Finding, Severity
+from agent_supervisor.errors import EngineStopTimeout
+from agent_supervisor.states import CrashReason, EngineState
 from tests.conftest import fake_engine_policy
 
 
@@ -166,7 +166,7 @@ async def test_shed_moves_the_gateway_and_hold_notes_a_finding_once_per_run(rig)
 
 
 async def test_issue_12_a_start_carries_its_fallback_flags_and_notes_its_findings(rig) -> None:
-    from supervisor.decide.findings import Response
+    from agent_supervisor.decide.findings import Response
     executor, engine, _, recorder, _, _, _ = rig
     noted = Finding("stop_leftovers", "sigterm_ignored", Severity.INFO, "SIGTERM ignored",
                     {}, "r0", Response.RECORD)

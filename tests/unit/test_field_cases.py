@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.decide.decision import Action
+from agent_supervisor.decide.decision import Action
 from tests.helpers.field_cases import all_cases, first_action, load_case, play_case
 
 CASES = list(all_cases())

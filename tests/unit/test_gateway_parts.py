@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from supervisor.gateway.body import BadBody, parse_body
-from supervisor.gateway.paths import Api, Route, Routes, not_normal
-from supervisor.gateway.resume import StreamTap, plan_resumption
+from agent_supervisor.gateway.body import BadBody, parse_body
+from agent_supervisor.gateway.paths import Api, Route, Routes, not_normal
+from agent_supervisor.gateway.resume import StreamTap, plan_resumption
 
 
 def sse(obj: dict) -> bytes:

@@ -8,9 +8,9 @@ import os
 import socket
 from pathlib import Path
 
-from supervisor.act import systemd, systemd_gateway
-from supervisor.gateway import process
-from supervisor.policy import load_policy_file
+from agent_supervisor.act import systemd, systemd_gateway
+from agent_supervisor.gateway import process
+from agent_supervisor.policy import load_policy_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Anthropic messages and Responses streams cut and continued (supervisor/gateway/
+"""Anthropic messages and Responses streams cut and continued (agent_supervisor/gateway/
 resume_apis.py), on streams recorded from the real CPU engine
 (tests/fixtures/vllm/0.32.0/streams/): the client's whole stream, read by the Anthropic and
 OpenAI SDKs, equals the uninterrupted one."""
@@ -14,9 +14,9 @@ import httpx2
 import openai
 import pytest
 
-from supervisor.gateway.resume import StreamTap
-from supervisor.gateway.resume_apis import plan_stream
-from supervisor.gateway.sse import events
+from agent_supervisor.gateway.resume import StreamTap
+from agent_supervisor.gateway.resume_apis import plan_stream
+from agent_supervisor.gateway.sse import events
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "0.32.0" / "streams"
 PROMPT = "I will read the file in main.py"

@@ -13,7 +13,7 @@ import logging
 import pynvml
 import pytest
 
-from supervisor.sense.gpu import (
+from agent_supervisor.sense.gpu import (
     MAX_XID_EVENTS_PER_READ,
     XID_WAIT_MS,
     GpuReading,
@@ -22,7 +22,7 @@ from supervisor.sense.gpu import (
 )
 from tests.helpers.fake_nvml import MIB, FakeNvml, load_profile
 
-LOGGER = "supervisor.sense.gpu"
+LOGGER = "agent_supervisor.sense.gpu"
 ALL_FIELDS = {"gpu_name", "gpu_temperature_c", "gpu_power_w", "gpu_sm_clock_mhz",
               "gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_memory_total_bytes",
               "gpu_clock_event_reasons", "gpu_engine_memory_used_bytes", "gpu_xid_events"}

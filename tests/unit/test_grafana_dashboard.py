@@ -15,17 +15,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.gateway.metrics import GatewayMetrics
-from supervisor.show.metrics import (
+from agent_supervisor.gateway.metrics import GatewayMetrics
+from agent_supervisor.show.metrics import (
     RATE_GAUGES,
     SAMPLE_GAUGES,
     StateCollector,
     StateView,
     SupervisorMetrics,
 )
-from supervisor.states import EngineState
-from supervisor.telemetry.rates import EngineRates
-from supervisor.telemetry.sample import Sample
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.rates import EngineRates
+from agent_supervisor.telemetry.sample import Sample
 from tests.conftest import FIXTURES, ROOT, fake_engine_policy
 
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.decide.decision import Action, Decision
-from supervisor.decide.findings import Severity
-from supervisor.decide.ladder import LadderState, advance
-from supervisor.states import EngineState
+from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.findings import Severity
+from agent_supervisor.decide.ladder import LadderState, advance
+from agent_supervisor.states import EngineState
 from tests.unit.scenario import POLICY, GiB, decide_on, play, samples
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from supervisor.sense.host import HOST_FIELDS, HostReader, parse_meminfo, parse_psi
+from agent_supervisor.sense.host import HOST_FIELDS, HostReader, parse_meminfo, parse_psi
 
 PROC = Path(__file__).parents[1] / "fixtures" / "proc"
 
@@ -53,7 +53,7 @@ def test_reader_without_psi_reports_unknown_once(tmp_path: Path, caplog) -> None
 
 
 def test_issue_13_hottest_soc_sensor_leaves_out_disks_and_network_cards() -> None:
-    from supervisor.sense.host import hottest_soc_c
+    from agent_supervisor.sense.host import hottest_soc_c
 
     def shwtemp(label, current, high, critical):   # psutil's sensors_temperatures() tuple
         return SimpleNamespace(label=label, current=current, high=high, critical=critical)

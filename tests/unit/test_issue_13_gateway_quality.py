@@ -1,4 +1,4 @@
-"""The gateway's answer judgement (supervisor/gateway/quality.py), on recorded shapes:
+"""The gateway's answer judgement (agent_supervisor/gateway/quality.py), on recorded shapes:
 degenerate runs, what a prompt asks for, repeated prefixes, parser-error answers."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 from prometheus_client import CollectorRegistry
 
-from supervisor.gateway.quality import (
+from agent_supervisor.gateway.quality import (
     BLOCK_CHARS,
     PrefixMemory,
     Quality,
@@ -113,8 +113,8 @@ def test_agents_are_named_never_by_their_key() -> None:
 def test_prefix_caching_is_read_from_the_argv_vllm_gets() -> None:
     import yaml
 
-    from supervisor.decide.rungs import prefix_caching
-    from supervisor.policy import load_policy
+    from agent_supervisor.decide.rungs import prefix_caching
+    from agent_supervisor.policy import load_policy
     from tests.helpers.field_cases import BASE_POLICY
     data = yaml.safe_load(BASE_POLICY.read_text())
     data["modes"][1]["args"]["--no-enable-prefix-caching"] = True

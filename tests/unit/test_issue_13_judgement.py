@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState
 from tests.helpers.field_cases import FIELD, load_case, play_case
 from tests.unit.scenario import play, samples
 
@@ -43,8 +43,8 @@ def test_issue_13_hang_on_a_huge_prompt_is_not_restarted_into_the_same_context()
 
 
 def test_issue_13_dynamic_k_schedule_is_checked_like_vllm_reads_it() -> None:
-    from supervisor.errors import PolicyError
-    from supervisor.policy import load_policy
+    from agent_supervisor.errors import PolicyError
+    from agent_supervisor.policy import load_policy
     base = """
 fleet: t
 engine: {executable: vllm}
@@ -68,8 +68,8 @@ modes:
 def test_issue_13_calibrated_acceptance_by_position_reaches_the_lottery(tmp_path) -> None:
     from datetime import UTC, datetime
 
-    from supervisor.record.baselines import args_digest, load_acceptance
-    from supervisor.record.store import Store, make_engine, upgrade
+    from agent_supervisor.record.baselines import args_digest, load_acceptance
+    from agent_supervisor.record.store import Store, make_engine, upgrade
     case = load_case(FIELD / "spec_launch_lottery" / "bad_launch.yaml")
     engine = make_engine(f"sqlite:///{tmp_path}/s.db")
     upgrade(engine)
@@ -95,7 +95,7 @@ def test_issue_13_calibrated_acceptance_by_position_reaches_the_lottery(tmp_path
 
 
 def test_issue_13_one_restart_for_a_bad_launch_then_spec_degraded() -> None:
-    from supervisor.decide.ladder import advance
+    from agent_supervisor.decide.ladder import advance
     case = load_case(FIELD / "spec_launch_lottery" / "bad_launch.yaml")
     steps = play_case(case)
     t, d = next((t, d) for t, d in steps if d.action is not Action.HOLD)
@@ -123,8 +123,8 @@ def _row(mode: str, profile: str, total: float) -> dict:
 
 
 def test_issue_13_calibration_proposes_the_order_of_speculative_rungs() -> None:
-    from supervisor.calibrate import propose_order
-    from supervisor.policy import load_policy
+    from agent_supervisor.calibrate import propose_order
+    from agent_supervisor.policy import load_policy
     policy = load_policy(GB10_LADDER)
     # The GB10 report: DSpark 51.5 vs MTP 34.5 tok/s on code, MTP 24.1 vs 18.3 on long
     # essays; thinking (gain shrinks) filled in at 20.0 vs 19.0.

@@ -4,8 +4,8 @@ start-up exclusion, with the guard's own slope."""
 
 from __future__ import annotations
 
-from supervisor.show.api.telemetry import _forecast
-from supervisor.telemetry.rates import slope
+from agent_supervisor.show.api.telemetry import _forecast
+from agent_supervisor.telemetry.rates import slope
 from tests.unit.scenario import POLICY, GiB, samples
 
 

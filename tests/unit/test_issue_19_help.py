@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor.cli import _parser
-from supervisor.commands.helpfmt import DefaultsFormatter
+from agent_supervisor.cli import _parser
+from agent_supervisor.commands.helpfmt import DefaultsFormatter
 
 
 def parsers(p: argparse.ArgumentParser, name: str = "supervisor"):

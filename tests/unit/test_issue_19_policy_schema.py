@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from supervisor.commands.schema import policy_schema
-from supervisor.policy import Policy
+from agent_supervisor.commands.schema import policy_schema
+from agent_supervisor.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "policies" / "policy.schema.json"

@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState, advance, apply_operator, operate, pause, restart
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import (
+    LadderState,
+    advance,
+    apply_operator,
+    operate,
+    pause,
+    restart,
+)
 from tests.unit.scenario import POLICY, decide_on, samples
 
 

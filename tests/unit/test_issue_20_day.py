@@ -4,11 +4,11 @@ itself runs against the real CPU engine in tests/chaos/test_issue_20_day_smoke.p
 
 from __future__ import annotations
 
-from supervisor.chaos.day_report import ArmResult, acceptance, arm_figures, format_table
-from supervisor.chaos.day_schedule import DAY_LADDER, Day, Fault, full_day, short_day
-from supervisor.load.agents import RequestRecord
-from supervisor.load.fleet import TaskRecord
-from supervisor.policy import load_policy
+from agent_supervisor.chaos.day_report import ArmResult, acceptance, arm_figures, format_table
+from agent_supervisor.chaos.day_schedule import DAY_LADDER, Day, Fault, full_day, short_day
+from agent_supervisor.load.agents import RequestRecord
+from agent_supervisor.load.fleet import TaskRecord
+from agent_supervisor.policy import load_policy
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_moves_it() -> None:
@@ -91,9 +91,9 @@ def test_acceptance_and_table_compare_the_supervised_arm_with_both() -> None:
 def test_the_restart_loop_makes_tmpdirs_short_enough_for_vllm(tmp_path) -> None:
     """vLLM binds IPC sockets under TMPDIR (107-byte limit): a deep state directory (a
     pytest tmp_path) falls back to $TMPDIR, as the supervisor's own launcher does."""
-    from supervisor.chaos.day import overrides
-    from supervisor.chaos.day_arms import RestartLoop, write_policy
-    from supervisor.chaos.harness import chaos_policy
+    from agent_supervisor.chaos.day import overrides
+    from agent_supervisor.chaos.day_arms import RestartLoop, write_policy
+    from agent_supervisor.chaos.harness import chaos_policy
 
     deep = tmp_path / ("x" * 60) / "always-fast"
     deep.mkdir(parents=True)

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.sense import kernel_log
-from supervisor.sense.kernel_log import (
+from agent_supervisor.sense import kernel_log
+from agent_supervisor.sense.kernel_log import (
     KernelEvent,
     KernelLogFollower,
     classify_kernel_line,
@@ -243,7 +243,7 @@ def test_epipe_is_skipped_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     try:
         assert follower.start() == "kmsg"
         monkeypatch.setattr(kernel_log.os, "read", fake_read)
-        with caplog.at_level(logging.WARNING, logger="supervisor.sense.kernel_log"):
+        with caplog.at_level(logging.WARNING, logger="agent_supervisor.sense.kernel_log"):
             events = follower.poll()
         assert [(e.kind, e.pid, e.monotonic_s) for e in events] == [("oom_kill", 140339, 3.0)]
         assert "EPIPE" in caplog.text
@@ -301,7 +301,7 @@ def test_journalctl_that_exits_makes_the_source_unavailable(
     try:
         assert follower.start() == "journalctl"
         deadline = time.monotonic() + 10
-        with caplog.at_level(logging.WARNING, logger="supervisor.sense.kernel_log"):
+        with caplog.at_level(logging.WARNING, logger="agent_supervisor.sense.kernel_log"):
             while follower.source == "journalctl" and time.monotonic() < deadline:
                 assert follower.poll() == []
                 time.sleep(0.02)
@@ -319,7 +319,7 @@ def test_nothing_readable_is_unavailable_with_one_warning(
 ) -> None:
     follower = KernelLogFollower(kmsg_path=str(tmp_path / "missing"),
                                  journalctl=str(tmp_path / "no-journalctl"))
-    with caplog.at_level(logging.DEBUG, logger="supervisor.sense.kernel_log"):
+    with caplog.at_level(logging.DEBUG, logger="agent_supervisor.sense.kernel_log"):
         assert follower.start() == "unavailable"
         assert follower.poll() == []
         follower.close()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState, advance, pause, pin, resume
-from supervisor.policy import load_policy
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState, advance, pause, pin, resume
+from agent_supervisor.policy import load_policy
 from tests.unit.scenario import POLICY, POLICY_YAML, decide_on, play, samples
 
 
@@ -60,7 +60,7 @@ def test_failure_during_probation_goes_back_and_bars_the_rung() -> None:
 
 
 def test_crash_during_probation_also_goes_back() -> None:
-    from supervisor.states import EngineState
+    from agent_supervisor.states import EngineState
 
     ladder = LadderState(1, since_s=0, last_change_s=700.0, probation_until_s=1000.0)
     trace = samples(700, 720, rung=1) + samples(721, 721, rung=1,

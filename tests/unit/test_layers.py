@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "supervisor"
+PACKAGE = Path(__file__).resolve().parents[2] / "agent_supervisor"
 
 #: Shared vocabulary, importable from every floor; they import only one another.
 BASE = frozenset({"__init__", "errors", "states", "policy", "policy_guards", "policy_gateway",
@@ -61,17 +61,17 @@ def imports(path: Path) -> list[tuple[int, str]]:
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
-            if node.module == "supervisor":      # from supervisor import X: a part, or a name
-                names = [f"supervisor.{a.name}" if (PACKAGE / a.name).is_dir()
-                         or (PACKAGE / f"{a.name}.py").is_file() else "supervisor"
+            if node.module == "agent_supervisor":  # from agent_supervisor import X: part or name
+                names = [f"agent_supervisor.{a.name}" if (PACKAGE / a.name).is_dir()
+                         or (PACKAGE / f"{a.name}.py").is_file() else "agent_supervisor"
                          for a in node.names]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[0] == "supervisor" and len(parts) > 1:
+            if parts[0] == "agent_supervisor" and len(parts) > 1:
                 out.append((node.lineno, parts[1]))
-            elif parts[0] == "supervisor":
+            elif parts[0] == "agent_supervisor":
                 out.append((node.lineno, "__init__"))
     return out
 
@@ -95,8 +95,8 @@ def test_issue_18_imports_follow_the_floors(path: Path) -> None:
 def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     """The checker itself: an act -> show import and a decide -> sense import are seen."""
     probe = tmp_path / "probe.py"
-    probe.write_text("from supervisor.show.alerts import Alerter\n"
-                     "def f():\n    from supervisor.sense import probes\n")
+    probe.write_text("from agent_supervisor.show.alerts import Alerter\n"
+                     "def f():\n    from agent_supervisor.sense import probes\n")
     found = [dst for _, dst in imports(probe)]
     assert found == ["show", "sense"]
     assert "show" not in allowed("act") and "sense" not in allowed("decide")

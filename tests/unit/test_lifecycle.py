@@ -8,16 +8,16 @@ import re
 
 import pytest
 
-from supervisor.decide.decision import Action
-from supervisor.decide.ladder import LadderState, advance, resume
-from supervisor.decide.lifecycle import (
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.ladder import LadderState, advance, resume
+from agent_supervisor.decide.lifecycle import (
     learn_start_budgets,
     rung_after_unclean_start,
     rung_without_flag,
 )
-from supervisor.decide.recommended import xid_action
-from supervisor.policy import load_policy
-from supervisor.states import EngineState
+from agent_supervisor.decide.recommended import xid_action
+from agent_supervisor.policy import load_policy
+from agent_supervisor.states import EngineState
 from tests.unit.scenario import POLICY, POLICY_YAML, GiB, decide_on, play, samples
 from tests.unit.test_guards import BASELINES, decoding
 
@@ -25,7 +25,7 @@ STARTING = {"engine_state": EngineState.STARTING, "engine_was_ready": False}
 
 
 def crashed_start(t: float, lines: list[str], **kw):
-    from supervisor.sense.reclassify import engine_tags
+    from agent_supervisor.sense.reclassify import engine_tags
     return samples(t, t, engine_state=EngineState.CRASHED, engine_state_since_s=t,
                    engine_crash_reason="start_failed", engine_was_ready=False,
                    engine_leftover_pids=(), engine_log_lines=tuple(lines),
@@ -188,7 +188,7 @@ def test_issue_12_no_start_while_old_processes_live_or_memory_is_not_back() -> N
      "--gpu-memory-utilization must be a fraction"),
 ])
 def test_issue_12_a_bad_startup_fallback_is_refused_naming_the_field(fallbacks, message) -> None:
-    from supervisor.errors import PolicyError
+    from agent_supervisor.errors import PolicyError
     bad = POLICY_YAML.replace("{name: mtp2, args: {", "{name: mtp2, startup_fallbacks: "
                               + __import__("json").dumps(fallbacks) + ", args: {")
     with pytest.raises(PolicyError, match=re.escape(message)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor.act.logtail import LogTail
+from agent_supervisor.act.logtail import LogTail
 
 
 def test_incremental_reads_and_partial_lines(tmp_path: Path) -> None:

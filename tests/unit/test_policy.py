@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.errors import PolicyError
-from supervisor.policy import build_argv, load_policy, load_policy_file, needs_restart
+from agent_supervisor.errors import PolicyError
+from agent_supervisor.policy import build_argv, load_policy, load_policy_file, needs_restart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,7 +148,7 @@ def test_absolute_and_postgres_urls_are_kept(tmp_path: Path) -> None:
 
 
 def test_rungs_with_fewer_sequences_are_found_from_mode_or_engine_args(tmp_path) -> None:
-    from supervisor.policy import load_policy
+    from agent_supervisor.policy import load_policy
 
     policy = load_policy("""
 fleet: t

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from supervisor.privacy import MASK, is_secret_name, mask_argv, mask_env, mask_text
+from agent_supervisor.privacy import MASK, is_secret_name, mask_argv, mask_env, mask_text
 
 
 @pytest.mark.parametrize("name", [

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from supervisor.errors import StoreError
-from supervisor.record.models import AppliedRecordRow, IncidentRow, ModeTransitionRow
-from supervisor.record.records import (
+from agent_supervisor.errors import StoreError
+from agent_supervisor.record.models import AppliedRecordRow, IncidentRow, ModeTransitionRow
+from agent_supervisor.record.records import (
     AddIncident,
     AddRun,
     AddTelemetry,
@@ -25,7 +25,7 @@ from supervisor.record.records import (
     record_from_json,
     record_to_json,
 )
-from supervisor.record.store import Store, is_unavailable
+from agent_supervisor.record.store import Store, is_unavailable
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 INCIDENT = Incident(kind="exited", severity="critical", started_at=T0, action="step_down",

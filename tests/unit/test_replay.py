@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.decide.decision import Action
-from supervisor.decide.replay import replay
-from supervisor.policy import load_policy_file
-from supervisor.record.trace import TraceWriter, read_trace
-from supervisor.states import EngineState
-from supervisor.telemetry.sample import Sample
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.replay import replay
+from agent_supervisor.policy import load_policy_file
+from agent_supervisor.record.trace import TraceWriter, read_trace
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.sample import Sample
 from tests.unit.scenario import POLICY
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -75,7 +75,7 @@ TRACE = TRACES / "cpu-demo-spec-slower.trace.jsonl"
 
 
 def _replay_cli(path: Path, capsys) -> tuple[int, str]:
-    from supervisor.show.timeline import replay_command
+    from agent_supervisor.show.timeline import replay_command
 
     rc = replay_command(path, load_policy_file(TRACES / "cpu-demo-spec-slower.policy.yaml"),
                         as_json=True, show_all=False)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from supervisor.act.incident import Incident, Transition
-from supervisor.record.models import AppliedRecordRow, IncidentRow, TelemetryRow
-from supervisor.record.records import AddIncident, AddRun, TelemetryPoint, UpdateRun
-from supervisor.record.retention import run_retention
-from supervisor.record.service_runs import start_service_run, stop_service_run
-from supervisor.record.store import Store
-from supervisor.record.telemetry import add_telemetry, telemetry
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.record.models import AppliedRecordRow, IncidentRow, TelemetryRow
+from agent_supervisor.record.records import AddIncident, AddRun, TelemetryPoint, UpdateRun
+from agent_supervisor.record.retention import run_retention
+from agent_supervisor.record.service_runs import start_service_run, stop_service_run
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.telemetry import add_telemetry, telemetry
 
 NOW = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from supervisor.decide.decision import Action
-from supervisor.decide.replay import load_scenario, replay, replay_scenario
-from supervisor.policy import load_policy_file
-from supervisor.sense.reclassify import reclassify
-from supervisor.states import EngineState
-from supervisor.telemetry.sample import Sample
+from agent_supervisor.decide.decision import Action
+from agent_supervisor.decide.replay import load_scenario, replay, replay_scenario
+from agent_supervisor.policy import load_policy_file
+from agent_supervisor.sense.reclassify import reclassify
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.sample import Sample
 
 ROOT = Path(__file__).parents[2]
 SCENARIOS = ROOT / "tests" / "fixtures" / "scenarios"

@@ -10,8 +10,8 @@ import logging
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from supervisor.policy_holder import PolicyHolder
-from supervisor.runtime.service_parts import Scheduler
+from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.runtime.service_parts import Scheduler
 from tests.conftest import fake_engine_policy
 
 

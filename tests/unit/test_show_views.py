@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.act.incident import Incident, Transition
-from supervisor.record.queries import engine_runs, incident, incident_transitions, timeline
-from supervisor.record.records import AddIncident, AddRun, AddTransition, TelemetryPoint
-from supervisor.record.service_runs import service_runs, start_service_run
-from supervisor.record.store import Store
-from supervisor.record.telemetry import add_telemetry, telemetry
-from supervisor.show.export import EXPORTS, export_rows
-from supervisor.show.history import history_table
-from supervisor.show.incident import format_value, incident_detail
-from supervisor.show.tables import incidents_json
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.record.queries import engine_runs, incident, incident_transitions, timeline
+from agent_supervisor.record.records import AddIncident, AddRun, AddTransition, TelemetryPoint
+from agent_supervisor.record.service_runs import service_runs, start_service_run
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.telemetry import add_telemetry, telemetry
+from agent_supervisor.show.export import EXPORTS, export_rows
+from agent_supervisor.show.history import history_table
+from agent_supervisor.show.incident import format_value, incident_detail
+from agent_supervisor.show.tables import incidents_json
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.errors import StoreError
-from supervisor.record.records import (
+from agent_supervisor.errors import StoreError
+from agent_supervisor.record.records import (
     AddRun,
     AddTelemetry,
     StartService,
     UpdateRun,
     record_to_json,
 )
-from supervisor.record.spool import Spool
-from supervisor.record.store import Store
-from supervisor.record.writer import RecordWriter
+from agent_supervisor.record.spool import Spool
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.writer import RecordWriter
 from tests.helpers.outage import (
     T0,
     assert_all_there_once,

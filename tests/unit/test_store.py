@@ -13,11 +13,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from supervisor.act.incident import Incident, Transition
-from supervisor.errors import StoreError
-from supervisor.record.models import Base
-from supervisor.record.records import AddIncident, AddRun, UpdateRun
-from supervisor.record.store import Store, downgrade, make_engine, upgrade
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.errors import StoreError
+from agent_supervisor.record.models import Base
+from agent_supervisor.record.records import AddIncident, AddRun, UpdateRun
+from agent_supervisor.record.store import Store, downgrade, make_engine, upgrade
 
 TABLES = {"engine_runs", "incidents", "mode_transitions", "mode_baselines", "telemetry",
           "service_runs", "applied_records", "alembic_version"}
@@ -199,7 +199,7 @@ def test_processes_opening_a_new_database_at_once_all_migrate_it(url: str) -> No
     # The service and a CLI command (or two hosts of a fleet) opening an empty database
     # together: each must end at the newest schema, none may fail on a table the other
     # just created.
-    code = ("import sys; from supervisor.record.store import Store; "
+    code = ("import sys; from agent_supervisor.record.store import Store; "
             "Store.open(sys.argv[1], fleet='race').close()")
     procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE,
                               text=True) for _ in range(4)]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.record.models import TelemetryRow
-from supervisor.record.records import TelemetryPoint
-from supervisor.record.store import Store
-from supervisor.record.telemetry import add_telemetry, downsample, telemetry, telemetry_point
-from supervisor.record.trace import read_trace
-from supervisor.telemetry.rates import engine_rates
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.record.models import TelemetryRow
+from agent_supervisor.record.records import TelemetryPoint
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.telemetry import add_telemetry, downsample, telemetry, telemetry_point
+from agent_supervisor.record.trace import read_trace
+from agent_supervisor.telemetry.rates import engine_rates
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 from tests.conftest import FIXTURES
 
 TRACE = FIXTURES / "traces" / "cpu-demo-spec-slower.trace.jsonl"

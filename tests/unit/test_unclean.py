@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.record.records import AddRun, UpdateRun
-from supervisor.record.service_runs import (
+from agent_supervisor.record.records import AddRun, UpdateRun
+from agent_supervisor.record.service_runs import (
     heartbeat_service_run,
     previous_service_run,
     service_runs,
     start_service_run,
     stop_service_run,
 )
-from supervisor.record.store import Store
-from supervisor.record.unclean import (
+from agent_supervisor.record.store import Store
+from agent_supervisor.record.unclean import (
     assess_previous_life,
     check_previous_life,
     read_boot_id,

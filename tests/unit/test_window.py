@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.states import EngineState
-from supervisor.telemetry.rates import engine_rates
-from supervisor.telemetry.sample import Sample
-from supervisor.telemetry.window import Window
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.rates import engine_rates
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
 
 
 def s(t: float, run: str = "a", **kw) -> Sample:

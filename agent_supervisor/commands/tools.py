@@ -1,0 +1,141 @@
+"""The other commands: ``policy check``, ``systemd-unit``, ``calibrate``, ``replay``,
+``bench``, ``engine-env``, ``demo-models``, ``sample``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from agent_supervisor.commands.common import EXIT_OK, EXIT_USAGE, store_of
+from agent_supervisor.policy import build_argv, load_policy_file
+
+__all__ = ["bench", "calibrate", "demo_models", "engine_env", "policy_check", "replay",
+           "sample", "systemd_unit"]
+
+
+def policy_check(args: argparse.Namespace) -> int:
+    """``supervisor policy check FILE``: validate and print the ladder."""
+    from agent_supervisor.show.tables import ladder_table
+
+    path: Path = args.file
+    policy = load_policy_file(path)
+    print(f"{path}: valid policy for fleet {policy.fleet!r}, {len(policy.modes)} modes "
+          "(fastest first; * = initial)")
+    argv = build_argv(policy, policy.modes[policy.initial_rung])
+    print(f"engine: {' '.join(argv)}")
+    print(f"  cwd {policy.working_directory}")
+    print(ladder_table(policy))
+    exe = Path(policy.engine_executable)
+    if "/" in policy.engine_executable and not exe.exists():
+        print(f"warning: engine.executable {exe} does not exist on this machine")
+    return EXIT_OK
+
+
+def systemd_unit(args: argparse.Namespace) -> int:
+    """``supervisor systemd-unit``: print a unit file (Type=notify)."""
+    from agent_supervisor.act.systemd import unit_file
+    from agent_supervisor.act.systemd_gateway import gateway_service_unit, gateway_socket_unit
+
+    path = args.policy.resolve()
+    policy = load_policy_file(path)
+    unit = getattr(args, "unit", "service")
+    if unit == "gateway-socket":
+        print(gateway_socket_unit(policy, user=args.user), end="")
+    elif unit == "gateway-service":
+        print(gateway_service_unit(policy, path, user=args.user), end="")
+    else:
+        print(unit_file(policy, path, user=args.user), end="")
+    return EXIT_OK
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """``supervisor calibrate``: measure each mode under a standard agent load."""
+    from agent_supervisor.calibrate import calibrate as run_calibration
+
+    policy = load_policy_file(args.policy)
+    modes = args.modes.split(",") if args.modes else None
+    conc = tuple(int(c) for c in args.concurrency.split(","))
+    with store_of(policy) as store:
+        try:
+            profiles = tuple(p for p in args.profiles.split(",") if p)
+            asyncio.run(run_calibration(policy, store, modes=modes, concurrency=conc,
+                                        seconds=args.seconds, profiles=profiles))
+        except KeyError as exc:
+            print(f"error: no mode or profile {exc} in {args.policy}", file=sys.stderr)
+            return EXIT_USAGE
+        except ValueError as exc:          # the fleet profile without its opt-in
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_OK
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``supervisor replay TRACE``: the decisions of a recorded trace, replayed; with
+    ``--scenario FILE``: a closed-loop scenario (issue 12)."""
+    from agent_supervisor.show.timeline import replay_command, scenario_command
+
+    if (args.trace is None) == (args.scenario is None):
+        print("error: give a TRACE or --scenario FILE", file=sys.stderr)
+        return EXIT_USAGE
+    if args.scenario is not None:
+        return scenario_command(args.scenario, load_policy_file(args.policy),
+                                as_json=args.json, show_all=args.all)
+    return replay_command(args.trace, load_policy_file(args.policy), as_json=args.json,
+                          show_all=args.all)
+
+
+def bench(args: argparse.Namespace) -> int:
+    """``supervisor bench``: the chaos table and the benchmark figures; ``--day``: the
+    day of agent work under faults, three arms (``agent_supervisor.chaos.day``)."""
+    if args.day:
+        from agent_supervisor.chaos.day import main_day
+
+        return main_day(short=args.short, seed=args.seed, base=args.dir)
+
+    from agent_supervisor.chaos.bench import run_bench
+
+    return run_bench(chaos=not args.no_chaos, scripts=not args.no_scripts)
+
+
+def engine_env(args: argparse.Namespace) -> int:
+    """``supervisor engine-env``: the CPU engine's environment, or llama-server and its
+    GGUF demo models (``--kind llama_cpp``); idempotent."""
+    if args.kind == "llama_cpp":
+        from agent_supervisor.demo.llamacpp import build_llama_cpp
+
+        models = (args.models.resolve() if not args.server_only
+                  and (args.models / "target").is_dir() else None)
+        report = build_llama_cpp((args.path or Path(".llamacpp")).resolve(), models=models,
+                                 engine_python=args.engine_python.absolute())
+        print(f"llama-server: {' '.join(report.get('version', []))}; models: "
+              f"{', '.join(report.get('models', {}).values()) or 'not converted'}")
+        return EXIT_OK
+    from agent_supervisor.demo.setup import create_engine_env
+
+    create_engine_env((args.path or Path(".engine-venv")).resolve())
+    return EXIT_OK
+
+
+def demo_models(args: argparse.Namespace) -> int:
+    """``supervisor demo-models DIR``: the tiny local models (idempotent)."""
+    from agent_supervisor.demo.setup import build_demo_models
+
+    report = build_demo_models(args.dir.resolve(), engine_python=args.engine_python.absolute(),
+                               steps=args.steps)
+    print(f"demo models in {args.dir}: built in {report.get('total_seconds')} s")
+    return EXIT_OK
+
+
+def sample(args: argparse.Namespace) -> int:
+    """``supervisor sample``: Samples of an engine the service does not run, as JSON."""
+    from agent_supervisor.commands.sample import observe
+
+    policy = load_policy_file(args.policy)
+    interval = args.interval or policy.sampling.tick_seconds
+    try:
+        return asyncio.run(observe(policy, watch=args.watch, count=args.count,
+                                   interval_seconds=interval))
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -1,0 +1,31 @@
+"""One module per guard. Each exposes ``GUARD`` (its name) and ``check(situation) ->
+list[Finding]``: pure, thresholds from the policy, evidence in every finding."""
+
+from __future__ import annotations
+
+from agent_supervisor.decide.guards import (
+    agent_errors,
+    corrupted_output,
+    engine_dead,
+    engine_hung,
+    gpu_lost,
+    load_budget,
+    memory_floor,
+    memory_forecast,
+    memory_pressure,
+    nodes,
+    preemption_storm,
+    sample_gaps,
+    speculative,
+    startup,
+    stop_leftovers,
+    telemetry_health,
+    thermal,
+)
+
+#: Every guard, in the order their findings are reported.
+ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, nodes, engine_hung,
+       corrupted_output, speculative, memory_forecast, memory_pressure, sample_gaps,
+       preemption_storm, thermal, load_budget, telemetry_health, agent_errors)
+
+__all__ = ["ALL"]

@@ -1,0 +1,142 @@
+"""The gateway process's control channel: what its supervisor asks of it.
+
+Served on a Unix socket in the state directory (``gateway.sock``, mode 0600 inside the
+0700 state directory: only the service user reaches it, so it needs no token), over HTTP:
+
+==============================  ==============================================================
+``GET /control/state?since=N``  pid, owner, rung, mode, held, shed, ready, the load
+                                (``GatewayLoad``'s fields) and the resumptions numbered above N
+``GET /control/metrics``        the gateway's Prometheus text (the supervisor re-exports it)
+``POST /control/hold``          ``{"reason", "drain"}``: stop admitting, maybe drain; answers
+                                when done
+``POST /control/release``       ``{"rung"}``: the engine serves in that rung
+``POST /control/shed``          ``{"shed"}``: lower or restore the mode's limits
+``POST /control/policy``        ``{"rung"}``: read the policy file again (400: refused, the old
+                                one stays)
+``POST /control/stop``          drain and exit (``{"handover": true}``: hand the sockets to a
+                                new process first)
+==============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, HTTPException
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from agent_supervisor.gateway.server import Gateway
+
+__all__ = ["control_app"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HoldBody(_Body):
+    """``POST /control/hold``."""
+
+    reason: str = "supervisor"
+    drain: bool = True
+
+
+class RungBody(_Body):
+    """``POST /control/release`` and ``/control/policy``."""
+
+    rung: int
+
+
+class ShedBody(_Body):
+    """``POST /control/shed``."""
+
+    shed: bool
+
+
+class StopBody(_Body):
+    """``POST /control/stop``."""
+
+    handover: bool = False
+
+
+def _check(gw: Gateway, rung: int) -> None:
+    if not 0 <= rung < len(gw.policy.modes):
+        raise HTTPException(400, f"rung {rung} is not in this policy's ladder "
+                            f"(0..{len(gw.policy.modes) - 1})")
+
+
+def _on_every_request(app: FastAPI, contact: Callable[[], None]) -> None:
+    """``contact()`` before each request is handled."""
+    @app.middleware("http")
+    async def contacted(request: Request, call_next: Any) -> Any:
+        contact()
+        return await call_next(request)
+
+
+def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
+                reload: Callable[[int], str | None], stop: Callable[[bool], None],
+                contact: Callable[[], None]) -> FastAPI:
+    """The control API over ``gw``. ``reload(rung)``: read the policy file again (why
+    refused, or None); ``stop(handover)``: begin a graceful exit; ``contact()``: at each
+    request (a supervisor is there). ``owner``: ``supervisor`` (spawned by it: it stops
+    the gateway at its own clean stop) or ``external`` (systemd's)."""
+    app = FastAPI(title="supervisor gateway control", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    _on_every_request(app, contact)
+
+    @app.get("/control/state")
+    async def state(since: int = 0) -> dict[str, Any]:
+        """The gateway's state, load and new resumptions."""
+        a = gw.admission
+        return {"pid": os.getpid(), "owner": owner, "rung": gw.rung, "mode": gw.mode_name,
+                "held": a.held, "shed": a.shed, "ready": gw.ready, "epoch": gw.epoch,
+                "load": asdict(gw.gateway_load()), "summary": gw.summary(),
+                "resumptions": [r for r in gw.resumptions.recent if r["seq"] > since]}
+
+    @app.get("/control/metrics")
+    async def metrics() -> Response:
+        """The gateway's counters (Prometheus text)."""
+        gw.gateway_load()                            # the gauges, fresh
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/control/hold")
+    async def hold(body: HoldBody) -> dict[str, Any]:
+        """Stop admitting; with ``drain``, wait for in-flight requests."""
+        await gw.hold(body.reason, drain=body.drain)
+        return {"held": True, "requests_in_flight": gw.admission.in_flight}
+
+    @app.post("/control/release")
+    async def release(body: RungBody) -> dict[str, Any]:
+        """Admit again in ``rung``'s limits."""
+        _check(gw, body.rung)
+        gw.release(body.rung)
+        return {"held": False, "mode": gw.mode_name}
+
+    @app.post("/control/shed")
+    async def shed(body: ShedBody) -> dict[str, Any]:
+        """Lower or restore the limits."""
+        gw.set_shed(body.shed)
+        return {"shed": body.shed}
+
+    @app.post("/control/policy")
+    async def policy(body: RungBody) -> dict[str, Any]:
+        """Read the policy file again."""
+        refused = reload(body.rung)
+        if refused is not None:
+            raise HTTPException(400, refused)
+        return {"mode": gw.mode_name}
+
+    @app.post("/control/stop")
+    async def stop_(body: StopBody) -> dict[str, Any]:
+        """Drain and exit (after handing the sockets over, with ``handover``)."""
+        stop(body.handover)
+        return {"stopping": True, "handover": body.handover}
+
+    return app

@@ -1,0 +1,256 @@
+"""``Gateway``: the proxy's state and its two faces, for the service and for uvicorn.
+
+To the executor it is the ``GatewayControl`` (hold before a switch, release after,
+shed); to the sensors a ``GatewayLoadSource`` (in flight, queued, their prompt tokens).
+It serves with uvicorn inside the supervisor's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from agent_supervisor.gateway.admission import Admission
+from agent_supervisor.gateway.connections import bounded_protocol, connection_limit
+from agent_supervisor.gateway.metrics import GatewayMetrics
+from agent_supervisor.gateway.paths import Routes
+from agent_supervisor.gateway.proxy import GatewayApp
+from agent_supervisor.gateway.quality import Quality
+from agent_supervisor.gateway.resume import ResumptionLog
+from agent_supervisor.gateway.streaming import NO_SWITCH_GRACE_SECONDS
+from agent_supervisor.gateway.upstream import Upstream
+from agent_supervisor.policy import Policy
+from agent_supervisor.sense.gateway_load import GatewayLoad
+from agent_supervisor.serve import AppServer
+
+__all__ = ["UPSTREAM_CONNECT_SECONDS", "Gateway"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to open a connection to the engine (on one box it is refused or made at once;
+#: a SIGSTOPped engine's kernel still accepts, so this is not where a hang shows).
+UPSTREAM_CONNECT_SECONDS = 5.0
+
+
+class Gateway:
+    """The proxy in front of the engine of ``policy``, starting in ``rung``'s limits.
+
+    It starts held: requests queue until ``release`` says the engine is ready.
+    """
+
+    def __init__(self, policy: Policy, *, rung: int, registry: CollectorRegistry) -> None:
+        self.policy = policy
+        self.spec = policy.gateway
+        eng = policy.engine
+        self.base_url = f"http://{eng.host}:{eng.port}"
+        self.mode_name = policy.modes[rung].name
+        self.rung = rung
+        self.on_change: Callable[[], None] | None = None
+        """Called after every hold, release, shed and policy change (the gateway
+        process saves its state then: agent_supervisor/gateway/process.py)."""
+        self.admission = Admission(policy.modes[rung].gateway,
+                                   shed_factor=policy.hysteresis.shed_factor,
+                                   hold_timeout_seconds=self.spec.hold_timeout_seconds,
+                                   max_held=self.spec.max_held_requests,
+                                   max_queued_bytes=self.spec.max_queued_bytes)
+        self.admission.hold()
+        self.metrics = GatewayMetrics(registry)
+        self.resumptions = ResumptionLog(self.metrics)
+        self.routes = self._routes(self.spec.extra_paths)
+        self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
+        self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
+        env = self.spec.upstream_api_key_env
+        self.upstream_key = os.environ.get(env) if env else None
+        self.quality = Quality(registry, repeat_units=self.spec.degenerate_repeat_units,
+                               keep_shapes=self.spec.sample_request_shapes)
+        self.epoch = 0
+        """Bumped at every hold: a request that started in an older epoch met a switch."""
+        self._ready = asyncio.Event()
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
+        """For the occasional side request (/tokenize)."""
+        self.upstream: Upstream | None = None
+        """The proxied traffic's client (agent_supervisor/gateway/upstream.py): made in
+        ``start``, in the loop that serves."""
+        self.app = GatewayApp(self)
+        self._server: AppServer | None = None
+
+    @staticmethod
+    def _routes(extra_paths: list[str]) -> Routes:
+        routes = Routes(extra_paths)
+        if routes.ignored:
+            logger.warning("gateway.extra_paths: not forwarded, engine admin paths or not in "
+                           "normal form: %s", ", ".join(routes.ignored))
+        return routes
+
+    # -- GatewayLoadSource -----------------------------------------------------------
+
+    def gateway_load(self) -> GatewayLoad:
+        """What the gateway holds now (prompt tokens are the gateway's estimates)."""
+        a = self.admission
+        self.metrics.in_flight.set(a.in_flight)
+        self.metrics.queued.set(a.queued)
+        q = self.quality
+        return GatewayLoad(a.in_flight, a.queued, a.prompt_tokens_in_flight,
+                           a.prompt_tokens_queued, q.repeated_prefix_tokens_total,
+                           q.parser_errors_total, q.degenerate_streams_total)
+
+    # -- GatewayControl --------------------------------------------------------------
+
+    async def hold(self, reason: str, *, drain: bool = True) -> None:
+        """Stop admitting (new requests queue); with ``drain``, wait until in-flight
+        requests finish or ``drain_timeout_seconds`` pass."""
+        self.admission.hold()
+        self._ready.clear()
+        self.epoch += 1
+        logger.info("gateway holding new requests (%s); %d in flight", reason,
+                    self.admission.in_flight)
+        if drain and self.admission.in_flight:
+            done = await self.admission.drained(self.spec.drain_timeout_seconds)
+            logger.info("gateway drain %s: %d still in flight", "complete" if done else
+                        "timed out", self.admission.in_flight)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def release(self, rung: int) -> None:
+        """The engine serves in ``rung``: its limits apply and the queue moves."""
+        self.mode_name = self.policy.modes[rung].name
+        self.rung = rung
+        self.admission.set_limits(self.policy.modes[rung].gateway)
+        self.admission.set_shed(False)
+        self._ready.set()
+        self.admission.release()
+        logger.info("gateway admitting for mode %s (%d queued)", self.mode_name,
+                    self.admission.queued)
+        self._changed()
+
+    def apply_policy(self, policy: Policy, rung: int) -> None:
+        """A reloaded policy: keys, the upstream key, limits and timeouts at once (the
+        listeners cannot change while running; the service refuses such a reload)."""
+        self.policy = policy
+        self.spec = policy.gateway
+        self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
+        self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
+        env = self.spec.upstream_api_key_env
+        self.upstream_key = os.environ.get(env) if env else None
+        if self.upstream is not None:
+            self.upstream.read_timeout_seconds = self.spec.upstream_timeout_seconds
+        self.quality.repeat_units = self.spec.degenerate_repeat_units
+        self.quality.keep(self.spec.sample_request_shapes)
+        self.admission.shed_factor = policy.hysteresis.shed_factor
+        self.admission.hold_timeout_seconds = self.spec.hold_timeout_seconds
+        self.admission.max_held = self.spec.max_held_requests
+        self.admission.max_queued_bytes = self.spec.max_queued_bytes
+        self.routes = self._routes(self.spec.extra_paths)
+        self.mode_name = policy.modes[rung].name
+        self.rung = rung
+        self.admission.set_limits(policy.modes[rung].gateway)
+        self._changed()
+
+    def set_shed(self, shed: bool) -> None:
+        """Lower (True) or restore the current mode's limits."""
+        self.admission.set_shed(shed)
+        self._changed()
+
+    def summary(self) -> dict[str, object]:
+        """Held or not and the load, for the supervisor's status."""
+        a = self.admission
+        return {"held": a.held, "requests_in_flight": a.in_flight,
+                "requests_queued": a.queued, "max_concurrency": a.max_concurrency}
+
+    # -- for the proxy ----------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Whether the engine is serving (not starting, not being switched)."""
+        return self._ready.is_set()
+
+    def switched(self, epoch: int) -> bool:
+        """Whether a hold happened since ``epoch`` (or one is going on)."""
+        return self.epoch != epoch or self.admission.held
+
+    async def wait_engine(self, epoch: int) -> bool:
+        """After a failure that may mean the engine is gone: wait until a switch since
+        ``epoch`` has completed, or, with no switch noticed within a short grace (the
+        supervisor away, or the failure was not a crash), until the engine's /health
+        answers 200, at most ``hold_timeout_seconds``. False: it never came back."""
+        deadline = time.monotonic() + self.spec.hold_timeout_seconds
+        grace_end = time.monotonic() + NO_SWITCH_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            if self.switched(epoch):
+                return await self.wait_ready()
+            if time.monotonic() >= grace_end and self.ready and await self.engine_healthy():
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    async def engine_healthy(self) -> bool:
+        """Whether the engine's /health answers 200 now (vLLM: 503 or no answer when its
+        engine process is dead, PR #24897)."""
+        try:
+            resp = await self.client.get(self.base_url + "/health", timeout=2.0)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    async def wait_ready(self) -> bool:
+        """Wait until the engine is ready again (at most ``hold_timeout_seconds``)."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), self.spec.hold_timeout_seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- serving ---------------------------------------------------------------------
+
+    async def start(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on ``gateway.host:port`` in the running loop (or on ``sockets``, already
+        listening). Raises OSError if the port cannot be bound."""
+        self.upstream = Upstream(self.policy.engine.host, self.policy.engine.port,
+                                 connect_timeout_seconds=UPSTREAM_CONNECT_SECONDS,
+                                 read_timeout_seconds=self.spec.upstream_timeout_seconds)
+        limit = connection_limit(self.spec.max_connections)
+        protocol = bounded_protocol(max_connections=limit,
+                                    max_header_bytes=self.spec.max_header_bytes,
+                                    header_timeout_seconds=self.spec.header_timeout_seconds)
+        self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway",
+                                 http=protocol, timeout_graceful_shutdown=max(
+                                     1, int(self.spec.drain_timeout_seconds)),
+                                 # No X-Forwarded-* rewriting of the client's address
+                                 # (uvicorn's ProxyHeadersMiddleware): nothing here
+                                 # reads it, and it is a layer on every request.
+                                 proxy_headers=False)
+        await self._server.start(sockets)
+        logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
+                    self.spec.port)
+
+    async def drain(self) -> None:
+        """Before a hand-over or a stop: accept no more connections, answer what still
+        comes on open ones with ``Connection: close``, and wait until no connection is
+        left open (idle ones end at uvicorn's keep-alive timeout, 5 s) or
+        ``drain_timeout_seconds`` pass. Closing an idle keep-alive connection at once,
+        as a plain shutdown does, races a client sending on it (seen: a reset)."""
+        if self._server is None:
+            return
+        self.app.closing = True
+        self._server.stop_accepting()
+        deadline = time.monotonic() + self.spec.drain_timeout_seconds
+        while self._server.open_connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        """Stop serving and close the upstream connections."""
+        if self._server is not None:
+            await self._server.stop()
+        await self.client.aclose()
+        if self.upstream is not None:
+            await self.upstream.close()

@@ -1,0 +1,325 @@
+"""Streams from the engine to the client, event by event, and carried across a crash.
+
+A stream is passed on as the engine sends it (``StreamTap``: whole SSE events, nothing
+buffered beyond one event). When a resumable stream is cut (the engine's error event,
+an ``abort`` finish, a connection that breaks or ends before ``[DONE]``), the client's
+connection is held open with SSE comments while the supervisor restarts the engine, and
+the continuation planned in agent_supervisor/gateway/resume.py is sent to the new engine; any
+other cut ends the stream with an error event in the caller's API shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.types import Receive, Scope, Send
+
+from agent_supervisor.gateway.admission import Slot
+from agent_supervisor.gateway.connections import CLIENT_TRANSPORT
+from agent_supervisor.gateway.errors import sse_error
+from agent_supervisor.gateway.paths import Api
+from agent_supervisor.gateway.quality import AnswerWatch
+from agent_supervisor.gateway.resume import Resumption, StreamTap
+from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
+
+if TYPE_CHECKING:
+    from agent_supervisor.gateway.server import Gateway
+
+__all__ = ["CLIENT_HIGH_WATER", "DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS",
+           "ChunkWriter", "StreamResponse", "WholeResponse", "response_headers",
+           "send_upstream", "stream_response"]
+
+logger = logging.getLogger(__name__)
+
+#: Hop-by-hop headers (RFC 9110 section 7.6.1) and those the proxy recomputes; ``expect``
+#: too: the gateway has read the whole body before it sends anything upstream.
+DROP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding",
+                  "te", "trailer", "upgrade", "proxy-authorization", "proxy-authenticate",
+                  "expect"})
+_DROP_RAW = frozenset(h.encode() for h in DROP)
+#: While a cut stream waits for the next engine: an SSE comment this often (seconds), so
+#: clients and proxies with idle timeouts keep the connection (SSE: lines starting with
+#: ":" are comments, ignored by the OpenAI and Anthropic SDKs' decoders).
+KEEPALIVE_SECONDS = 5.0
+#: A failure with no hold noticed: the supervisor's tick is 1 s and a crash is seen
+#: within a tick or two, so wait this long before asking the engine itself whether it
+#: serves (the supervisor may be away: its gateway outlives it).
+NO_SWITCH_GRACE_SECONDS = 3.0
+#: A client's unsent bytes past which the engine's stream is no longer read (bytes).
+CLIENT_HIGH_WATER = 256 * 1024
+_KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue\n\n"
+
+
+async def send_upstream(gw: Gateway, method: str, path: str, query: str, raw: bytes,
+                        headers: dict[str, str]) -> UpstreamResponse:
+    """One request to the engine; raises UpstreamError or TimeoutError."""
+    assert gw.upstream is not None, "Gateway.start() opens the upstream connections"
+    target = f"{path}?{query}" if query else path
+    t0 = time.monotonic()
+    resp = await gw.upstream.request(method, target, raw, headers)
+    gw.metrics.upstream_latency.observe(time.monotonic() - t0)
+    return resp
+
+
+def response_headers(resp: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+    """The engine's response headers for the client, as ASGI wants them (hop-by-hop
+    ones dropped)."""
+    return [(k, v) for k, v in resp.headers if k not in _DROP_RAW]
+
+
+class WholeResponse:
+    """A whole answer as two ASGI messages: what Starlette's ``Response`` sends, without
+    building and checking its headers again (they come from the engine's answer)."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status, self.body = status, body
+        self.headers = [*headers, (b"content-length", b"%d" % len(body))]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+class StreamResponse:
+    """A stream: its head as an ASGI message, then every piece written straight to the
+    client's transport as a chunk of HTTP/1.1 chunked encoding, from the engine
+    connection's read callback (``UpstreamResponse.pass_to``), then the end as an ASGI
+    message (uvicorn writes the last chunk and completes its cycle).
+
+    Why not ASGI messages for the pieces (Starlette's ``StreamingResponse`` before):
+    each piece then cost a task switch, three async generators and uvicorn's ``send``;
+    a stream's events are the gateway's hottest path (one per token per agent).
+    Measured against a canned upstream: see agent_supervisor/gateway/upstream.py's figures.
+    The client's transport is the one the gateway's connection protocol puts in the
+    scope (``CLIENT_TRANSPORT``, agent_supervisor/gateway/connections.py). No task listens for
+    the client's disconnect either: that protocol cancels the request's task, which ends
+    the stream with CancelledError. ``supervisor_close``: what closes the stream if its
+    body never ran."""
+
+    __slots__ = ("headers", "pump", "status", "supervisor_close")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]],
+                 pump: Callable[[ChunkWriter], Awaitable[None]],
+                 close: Callable[[str | None], Awaitable[None]]) -> None:
+        self.status, self.headers, self.pump = status, headers, pump
+        self.supervisor_close = close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = scope.get(CLIENT_TRANSPORT)
+        if transport is None:
+            raise RuntimeError("a gateway stream needs the gateway's connection protocol "
+                               "(agent_supervisor/gateway/connections.py)")
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": self.headers})
+        await self.pump(ChunkWriter(transport))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ChunkWriter:
+    """Writes pieces to a client's transport as chunks of HTTP/1.1 chunked encoding
+    (RFC 9112 section 7.1: size in hex, CRLF, data, CRLF), as uvicorn's ``send`` does
+    for a response without a length."""
+
+    __slots__ = ("transport",)
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+
+    def __call__(self, piece: bytes) -> None:
+        if piece and not self.transport.is_closing():
+            self.transport.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+
+    def behind(self) -> bool:
+        """Whether the client has more than ``CLIENT_HIGH_WATER`` bytes not yet sent."""
+        return bool(self.transport.get_write_buffer_size() > CLIENT_HIGH_WATER)
+
+    def caught_up(self) -> bool:
+        """Whether the client is down to a quarter of that (or gone)."""
+        return self.transport.is_closing() or \
+            bool(self.transport.get_write_buffer_size() <= CLIENT_HIGH_WATER // 4)
+
+
+class _Stream:
+    """One client's stream: the upstream response now read, the slot, the outcome."""
+
+    def __init__(self, gw: Gateway, api: Api, resp: UpstreamResponse,
+                 slot: Slot | None, plan: Resumption | None,
+                 headers: dict[str, str], query: str, watch: AnswerWatch | None) -> None:
+        self.gw, self.api, self.up, self.slot, self.plan = gw, api, resp, slot, plan
+        self.watch = watch
+        self.headers, self.query = headers, query
+        self.outcome = "ok"
+        self.closed = False
+        self.tap = StreamTap(record=plan is not None and plan.unsupported is None,
+                             dialect=None if plan is None else plan.dialect)
+        self.cut: str | None = None
+
+    async def close(self, final: str | None = None) -> None:
+        """Close the upstream response and release the slot, once (also when the body
+        never started: Starlette cancels it if the client was already gone)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.watch is not None:
+            self.watch.flush()                    # what came before an early end
+        self.gw.metrics.requests.labels(final or self.outcome).inc()
+        self.up.close()
+        if self.slot is not None:
+            await self.slot.aclose()
+
+    async def _pass_on(self, write: ChunkWriter) -> None:
+        """The current upstream's events, each passed on as it comes (in the engine
+        connection's read callback); sets ``cut`` when the stream is cut short."""
+        tap, watch, self.cut = self.tap, self.watch, None
+        up = self.up
+
+        def piece(chunk: bytes) -> None:
+            if self.cut is not None:
+                return
+            if watch is not None:
+                watch.feed_sse(chunk)
+            out = tap.feed(chunk)
+            if out:
+                write(out)
+                self._backpressure(write)
+            if tap.engine_error is not None:
+                self.cut = "an error event from the engine"
+                up.close()
+
+        up.pass_to(piece)
+        try:
+            await up.wait_end()
+            if self.cut is None and not (tap.done or not tap.record):
+                self.cut = "the end of the stream before [DONE]"
+        except (UpstreamError, TimeoutError) as exc:
+            if self.cut is None:
+                self.cut = exc.__class__.__name__
+        up.close()
+
+    def _backpressure(self, write: ChunkWriter) -> None:
+        """A client that does not keep up: stop reading the engine until its transport
+        has sent most of what waits (polled every 20 ms: uvicorn keeps its flow control
+        to itself)."""
+        if not write.behind():
+            return
+        up = self.up
+        up.pause()
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            if self.closed:
+                return
+            if write.caught_up():
+                up.resume()
+            else:
+                loop.call_later(0.02, check)
+
+        loop.call_later(0.02, check)
+
+    def _end(self, why: str) -> bytes:
+        self.outcome = "broken_stream"
+        return sse_error(self.api, f"the engine's stream broke ({self.cut}); {why}",
+                         code="engine_stream_broken")
+
+    async def pump(self, write: ChunkWriter) -> None:
+        """Everything the client gets, across as many engines as it takes."""
+        gw, plan, resumes = self.gw, self.plan, 0
+        try:
+            while True:
+                await self._pass_on(write)
+                if self.cut is None:
+                    if self.watch is not None:
+                        self.watch.end_stream()
+                    return
+                epoch_at_cut = gw.epoch
+                how = None if plan is None else plan.refusal(self.tap, resumes,
+                                                             gw.spec.max_resumes_per_request)
+                if plan is None or how is not None:
+                    logger.warning("engine stream broke mid-way (%s): ending it with an "
+                                   "error event%s", self.cut, f" ({how})" if how else "")
+                    write(self._end(how or "the supervisor is restarting it: retry the "
+                                    "request"))
+                    return
+                logger.info("engine stream cut (%s) after %d tokens: holding it open for "
+                            "the next engine", self.cut, self.tap.tokens_sent())
+                t0 = time.monotonic()
+                async for beat in _await_engine(gw, epoch_at_cut):
+                    write(beat)
+                resumes += 1
+                nxt = await _resume_upstream(gw, plan, self.tap, self.headers, self.query)
+                gw.resumptions.record(plan, self.tap, ok=nxt is not None,
+                                      waited=time.monotonic() - t0)
+                if nxt is None:                  # build() says why it could not continue
+                    write(self._end(plan.unsupported or "the engine did not come back in "
+                                    "time: retry the request"))
+                    return
+                self.up = nxt
+                self.tap.continue_with(plan)
+        except asyncio.CancelledError:
+            self.outcome = "client_disconnected"
+            raise
+        finally:
+            await self.close()
+
+
+def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | None,
+                    plan: Resumption | None, headers: dict[str, str], query: str,
+                    watch: AnswerWatch | None = None) -> StreamResponse:
+    """The client's streaming response for the engine's ``resp`` (``plan``: how to
+    continue it after a cut, or None; ``watch``: agent_supervisor/gateway/quality.py)."""
+    stream = _Stream(gw, api, resp, slot, plan, headers, query, watch)
+    return StreamResponse(resp.status, response_headers(resp), stream.pump, stream.close)
+
+
+async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
+    """Yield keep-alive comments until the engine serves again: a switch since
+    ``epoch`` that has completed, or (no switch noticed, the engine still called ready)
+    after a short grace, or the hold timeout."""
+    t0 = last = time.monotonic()
+    deadline = t0 + gw.spec.hold_timeout_seconds
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if gw.ready and gw.epoch != epoch:
+            return
+        if gw.ready and now - t0 >= NO_SWITCH_GRACE_SECONDS and await gw.engine_healthy():
+            return
+        if now - last >= KEEPALIVE_SECONDS:
+            last = now
+            yield _KEEPALIVE
+        await asyncio.sleep(0.1)
+
+
+
+
+async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
+                           headers: dict[str, str], query: str) -> UpstreamResponse | None:
+    """Send the continuation; on failure wait for the engine again (within the hold
+    timeout). None: it never answered with a stream."""
+    deadline = time.monotonic() + gw.spec.hold_timeout_seconds
+    raw = await plan.build(tap, gw.client, gw.base_url)
+    if raw is None:
+        return None
+    for _ in range(_CONTINUATION_TRIES):
+        with contextlib.suppress(UpstreamError, TimeoutError):
+            resp = await send_upstream(gw, "POST", plan.continuation_path, query, raw,
+                                       headers)
+            if resp.status == 200 and resp.content_type == "text/event-stream":
+                return resp
+            logger.warning("continuation of a cut stream answered %d", resp.status)
+            resp.close()
+        await asyncio.sleep(1.0)
+        if time.monotonic() > deadline or not await gw.wait_ready():
+            return None
+    return None
+
+
+#: Sends of one continuation at most (an engine that came back and fell again).
+_CONTINUATION_TRIES = 3

@@ -1,0 +1,102 @@
+"""Policy sections for the gateway: its limits per mode, agents' keys, and its own
+listener, allow-list, bounds and stream resumption (agent_supervisor/gateway/). Re-exported by
+agent_supervisor/policy_guards.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field, field_validator
+
+from agent_supervisor.policy_base import POLICY_CONFIG, Seconds
+
+__all__ = ["ApiKey", "GatewayLimits", "GatewaySpec"]
+
+class _Model(BaseModel):
+    model_config = POLICY_CONFIG
+
+
+class GatewayLimits(_Model):
+    """Admission limits the gateway applies in a mode (None: no limit)."""
+
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    max_queue: Annotated[int, Field(ge=0)] | None = None
+    queue_timeout_seconds: Seconds = 60.0
+    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens_in_flight: Annotated[int, Field(ge=1)] | None = None
+    """Budget of prompt tokens in flight (the load-budget guard sheds above it)."""
+
+
+class ApiKey(_Model):
+    """One agent's key, stored as its SHA-256 hex digest (never the key itself)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class GatewaySpec(_Model):
+    """The gateway agents talk to instead of the engine (an OpenAI-compatible proxy)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    auth: str = "passthrough"
+    """``passthrough``: the client's Authorization header goes to the engine as is.
+    ``keys``: only the keys listed in ``api_keys`` are admitted (one fleet cannot use
+    another's box); the engine then gets ``upstream_api_key_env``'s key, if set."""
+    api_keys: list[ApiKey] = []
+    upstream_api_key_env: str | None = None
+    drain_timeout_seconds: Annotated[float, Field(ge=0)] = 60.0
+    """At a planned switch, in-flight requests get this long to finish before the stop."""
+    hold_timeout_seconds: Seconds = 600.0
+    """A request queued while the engine is switched waits at most this long."""
+    upstream_timeout_seconds: Seconds = 600.0
+    """Longest wait for the engine's next byte (a long generation streams; a long
+    non-streaming completion only answers at the end)."""
+    extra_paths: list[Annotated[str, Field(pattern=r"^/[A-Za-z0-9_\-/]*[A-Za-z0-9_\-]$")]] = []
+    """Paths forwarded besides the gateway's allow-list (agent_supervisor/gateway/paths.py), e.g.
+    ``/v1/chat/completions/render``. Admin paths of the engine are refused even here."""
+    max_connections: Annotated[int, Field(ge=1)] = 512
+    """Open client connections at most (more are closed at once); the gateway also keeps
+    below half the process's ``RLIMIT_NOFILE`` so the admin API and the engine keep fds."""
+    max_header_bytes: Annotated[int, Field(ge=1024)] = 65536
+    """A request's line and headers at most (bytes); more gets 431 and the connection
+    closed (nginx's ``large_client_header_buffers`` is 4 x 8 KiB)."""
+    header_timeout_seconds: Seconds = 10.0
+    """A request's headers must arrive within this long of its first byte (or of the
+    connection); else the connection is closed (nginx's ``client_header_timeout``: 60)."""
+    max_body_bytes: Annotated[int, Field(ge=1)] = 32 * 1024 * 1024
+    """A request body at most (bytes; 413 in the caller's API shape). 32 MiB holds a
+    long-context prompt with images; nginx's ``client_max_body_size`` default is 1 MiB."""
+    max_held_requests: Annotated[int, Field(ge=0)] = 1024
+    """Requests queued while the engine is switched at most (then 429)."""
+    max_queued_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024
+    """Bodies of all queued requests together at most (bytes; then 429)."""
+    resume: bool = True
+    """Continue a chat or text completion stream cut by an engine crash on the next
+    engine, from what was sent (agent_supervisor/gateway/resume.py)."""
+    degenerate_repeat_units: Annotated[int, Field(ge=8)] = 256
+    """An answer ending in one unit of at most 16 characters (a token) repeated this many
+    times, not asked for by the prompt, is degenerate: the ``corrupted_output`` guard's
+    evidence (token 0 after NaN logits until ``max_tokens``: vllm #55766)."""
+    sample_request_shapes: Annotated[int, Field(ge=0, le=100_000)] = 0
+    """Opt-in: keep the last N requests' shapes (estimated prompt tokens, max_tokens,
+    turns, tools, stream: numbers only, never text) at ``/gateway/shapes`` for
+    ``supervisor calibrate --profiles fleet``. 0: none kept."""
+    max_resumes_per_request: Annotated[int, Field(ge=0)] = 2
+    """Crashes one stream may be carried across; the next ends it with an error event."""
+    orphan_timeout_seconds: Seconds | None = None
+    """A gateway its supervisor started (``--owner supervisor``) that hears nothing from
+    any supervisor on its control socket for this long drains and exits. None: it waits
+    for one to attach again however long it takes (a supervisor restarted by systemd
+    does within seconds). Whatever this says, such a gateway drains and exits once its
+    control socket's path is gone or another file (the state directory was removed: no
+    supervisor can reach it again); systemd's socket-activated gateway does neither."""
+
+    @field_validator("auth")
+    @classmethod
+    def _auth(cls, auth: str) -> str:
+        if auth not in ("passthrough", "keys"):
+            raise ValueError(f"auth must be passthrough or keys, got {auth!r}")
+        return auth

@@ -1,0 +1,225 @@
+"""Reading a policy file's YAML safely, before validation (issue 17).
+
+``parse_yaml`` is ``yaml.SafeLoader`` with three refusals added, each a ``PolicyError``
+with the line: a duplicate key (``gateway:`` twice silently won), nesting past
+``MAX_YAML_DEPTH`` (10,000 levels raised RecursionError), and aliases expanding past
+``MAX_YAML_NODES`` ("billion laughs" hung the validator). ``interpolate`` replaces
+``${NAME}`` from the environment. ``shown`` decides which values an error may print:
+never one that may be a secret.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import ValidationError
+
+from agent_supervisor.errors import HIDDEN, PolicyError
+
+if TYPE_CHECKING:
+    from agent_supervisor.policy import Policy
+
+__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "interpolate", "load_policy", "load_policy_file",
+           "parse_yaml", "shown"]
+
+
+#: Deepest nesting of mappings and lists a policy may have: the shipped ones reach 5.
+#: PyYAML's composer recurses per level, so 10,000 levels raised RecursionError (issue 17).
+MAX_YAML_DEPTH = 32
+
+#: Most nodes a policy may expand to once its aliases are followed: the shipped ones
+#: have a few hundred. Nine levels of ten aliases ("billion laughs") expand to 10^9 and
+#: hung the validator and the error formatter (issue 17); counted without expanding.
+MAX_YAML_NODES = 20_000
+
+#: ``${NAME}`` in a string value is replaced by that environment variable (issue 17:
+#: secrets out of the file); ``$${`` stands for a literal ``${``.
+_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _PolicyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys, nesting past ``MAX_YAML_DEPTH``
+    and documents expanding past ``MAX_YAML_NODES`` (issue 17), each a
+    ``yaml.MarkedYAMLError`` with its line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                key = key_node.value
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """Nodes ``node`` stands for with every alias followed (memoised: linear time)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1                       # a cycle counts once
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    memo[id(node)] = size
+    return size
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The YAML document in ``text`` as Python values; PolicyError (line, column and
+    reason, never the text itself) for bad syntax, duplicate keys and the limits."""
+    loader: _PolicyLoader | None = None
+    try:
+        loader = _PolicyLoader(text)     # its reader already refuses control characters
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_YAML_NODES:
+            raise PolicyError(source, message=f"not a policy: expands to more than "
+                              f"{MAX_YAML_NODES} YAML nodes once its aliases are followed")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise PolicyError(source, message=f"not valid YAML: {where}{problem}") from None
+    except RecursionError:
+        raise PolicyError(source, message="not valid YAML: nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def interpolate(value: Any, loc: str, source: str, environ: dict[str, str]) -> Any:
+    """``value`` with ``${NAME}`` in its strings replaced from ``environ``; PolicyError
+    naming the field and the variable (never its value) when one is unset."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) is None:
+                return "${"
+            if m.group(1) not in environ:
+                raise PolicyError(source, [(loc or "<top>", HIDDEN,
+                                            f"environment variable {m.group(1)} is not set")])
+            return environ[m.group(1)]
+        return _ENV_REF.sub(sub, value) if "$" in value else value
+    if isinstance(value, dict):
+        return {k: interpolate(v, f"{loc}.{k}" if loc else str(k), source, environ)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, f"{loc}[{i}]", source, environ) for i, v in enumerate(value)]
+    return value
+
+
+#: Fields whose values are never echoed in an error: they may hold a secret (a key, a
+#: token, a URL with a password or a webhook's token in its path, an engine argument
+#: such as ``--api-key``).
+_SECRET_FIELDS = re.compile(r"(^|\.)(engine\.args|engine\.environment|alerts|storage\."
+                            r"database_url|gateway\.api_keys|admin)|url|key|token|secret|"
+                            r"password|credential|auth", re.I)
+
+
+def shown(loc: str, value: Any) -> Any:
+    """``value`` as an error may show it, or ``HIDDEN``: only numbers, booleans, None
+    and short strings of fields that cannot hold a secret (issue 17: a whole-policy
+    dump with its webhook URL was printed)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str) and len(value) <= 64 and not _SECRET_FIELDS.search(loc):
+        return value
+    return HIDDEN
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None,
+                environ: dict[str, str] | None = None) -> Policy:
+    """Parse and validate one policy document.
+
+    Args: ``text`` the YAML; ``source`` the name used in error messages; ``base_dir`` the
+    directory relative paths are resolved against (default: the current directory);
+    ``environ`` the variables ``${NAME}`` in string values is replaced from (default:
+    none, so a pure call stays pure; ``load_policy_file`` passes ``os.environ``).
+    Returns: a frozen ``Policy``.
+    Raises: ``PolicyError`` for YAML syntax errors (with line and column), duplicate keys,
+    nesting past ``MAX_YAML_DEPTH``, aliases expanding past ``MAX_YAML_NODES``, an unset
+    ``${NAME}``, and every validation problem (field as a dotted path, the reason, and
+    the value only where it cannot be a secret). Non-finite numbers (``inf``, ``nan``)
+    are refused everywhere.
+    """
+    from agent_supervisor.policy import Policy  # policy.py imports this module
+
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
+    data = interpolate(data, "", source, environ or {})
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _dotted(err["loc"])
+            reason = err["msg"].removeprefix("Value error, ")
+            problems.append((loc, shown(loc, err.get("input")), reason))
+        raise PolicyError(source, problems) from None
+    except RecursionError:
+        raise PolicyError(source, message="nested too deeply") from None
+    policy._base_dir = Path(os.path.abspath(base_dir or Path.cwd()))
+    return policy
+
+
+def load_policy_file(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
+    """Read and validate a policy file; relative paths resolve against its directory,
+    ``${NAME}`` resolves from the process environment; an unset state directory defaults
+    from ``environ`` (default ``os.environ``; ``policy_paths.with_state_default``).
+
+    Raises: ``PolicyError`` (file unreadable, not UTF-8, invalid YAML, invalid policy).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise PolicyError(str(p), message=f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise PolicyError(str(p), message=f"not UTF-8 text: byte 0x{raw[exc.start]:02x} "
+                          f"on line {line}") from None
+    from agent_supervisor.policy_paths import with_state_default
+
+    policy = load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))
+    return with_state_default(policy, p, environ)

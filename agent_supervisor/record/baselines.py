@@ -1,0 +1,58 @@
+"""Calibrated per-mode baselines: from the store to what ``decide()`` reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from agent_supervisor.policy import Mode, Policy, build_argv
+from agent_supervisor.record.store import Store
+from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
+
+__all__ = ["RUN_ROWS", "args_digest", "load_acceptance", "load_baselines"]
+
+#: Good runs averaged for a mode's usual acceptance (the newest first).
+RUN_ROWS = 3
+
+
+def args_digest(policy: Policy, mode: Mode) -> str:
+    """A short digest of everything the engine of ``mode`` is launched with (the whole
+    argument vector, the model included, and the environment): a baseline measured with
+    anything else is not this mode's baseline."""
+    blob = json.dumps([build_argv(policy, mode), policy.engine.environment], sort_keys=True,
+                      separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_baselines(store: Store, policy: Policy) -> Baselines:
+    """mode name -> [(concurrency, tokens/s per request)] for the policy's current modes."""
+    digests = {m.name: args_digest(policy, m) for m in policy.modes}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for row in store.baselines():
+        if digests.get(row.mode) == row.args_digest:
+            out.setdefault(row.mode, []).append(
+                (float(row.concurrency), row.tokens_per_second_per_request))
+    return {m: sorted(v) for m, v in out.items()}
+
+
+def load_acceptance(store: Store, policy: Policy) -> AcceptanceBaselines:
+    """mode name -> usual acceptance by draft position, for the launch lottery: the mean
+    over the mode's newest good runs (up to ``RUN_ROWS``, source ``run``: the fleet's own
+    workload), else over its newest calibration rows (every concurrency); only rows
+    measured with the current arguments. Modes without speculation, or never measured,
+    are absent."""
+    digests = {m.name: args_digest(policy, m) for m in policy.modes}
+    rows: dict[str, list[list[float]]] = {}
+    for source in (store.run_baselines(per_mode=RUN_ROWS), store.baselines()):
+        found: dict[str, list[list[float]]] = {}
+        for row in source:
+            pos = row.acceptance_by_position
+            if digests.get(row.mode) == row.args_digest and pos and row.mode not in rows:
+                found.setdefault(row.mode, []).append([float(a) for a in pos])
+        rows.update(found)
+    out: dict[str, tuple[float, ...]] = {}
+    for mode, measured in rows.items():
+        k = len(measured[0])
+        same = [r for r in measured if len(r) == k]
+        out[mode] = tuple(round(sum(r[i] for r in same) / len(same), 4) for i in range(k))
+    return out

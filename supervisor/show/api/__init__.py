@@ -1,6 +1,0 @@
-"""The admin API: status, incidents, transitions, telemetry, operator actions, /metrics
-and the dashboard, one FastAPI app (STYLE.md section 10: one router per resource)."""
-
-from supervisor.show.api.app import create_admin_app
-
-__all__ = ["create_admin_app"]
