@@ -33,6 +33,7 @@ from pydantic import (
 from agent_supervisor.engine_flags import EngineKind, flag_rules
 from agent_supervisor.errors import PolicyError
 from agent_supervisor.policy_base import POLICY_CONFIG
+from agent_supervisor.policy_container import ContainerSpec, check_runtime
 from agent_supervisor.policy_guards import (
     AdminSpec,
     AlertSpec,
@@ -50,21 +51,9 @@ from agent_supervisor.policy_nodes import DistributedSpec, NodeSpec, check_nodes
 from agent_supervisor.policy_spec import check_speculative_config
 from agent_supervisor.policy_yaml import load_policy, load_policy_file
 
-__all__ = [
-    "ArgValue",
-    "EngineSpec",
-    "Mode",
-    "Policy",
-    "Restart",
-    "Sampling",
-    "StartupFallback",
-    "Storage",
-    "build_argv",
-    "load_policy",
-    "load_policy_file",
-    "needs_restart",
-    "render_args",
-]
+__all__ = ["ArgValue", "EngineSpec", "Mode", "Policy", "Restart", "Sampling", "StartupFallback",
+           "Storage", "build_argv", "load_policy", "load_policy_file", "needs_restart",
+           "render_args"]
 
 #: Flags the supervisor sets itself from ``engine.host``, ``engine.port`` and
 #: ``engine.shutdown_timeout_seconds``; a policy may not set them in arguments.
@@ -117,7 +106,10 @@ class EngineSpec(_Model):
     """How long every process of the group gets to vanish after SIGKILL."""
     nodes: list[NodeSpec] = []     # one engine across boxes, the head first (policy_nodes)
     distributed: DistributedSpec = DistributedSpec()
+    runtime: Literal["process", "container"] = "process"   # policy_container.py
+    container: ContainerSpec | None = None
     _nodes = model_validator(mode="after")(check_nodes)
+    _runtime = model_validator(mode="after")(check_runtime)
 
     @field_validator("args")
     @classmethod
