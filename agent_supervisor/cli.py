@@ -9,6 +9,10 @@
     supervisor replay --scenario FILE --policy FILE   a closed-loop scenario
     supervisor policy check FILE              validate a policy and print its ladder
     supervisor policy schema                  the policy's JSON Schema (for editors)
+    supervisor policy init --from NAME [--output PATH]   a starting policy from a shipped
+                                              example (--list names them)
+    supervisor dashboards [--output DIR]      the Grafana dashboard, for provisioning
+    supervisor alert-rules [--output DIR]     the Prometheus alerting rules (and their tests)
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
         [--unit gateway-socket|gateway-service]   or the gateway's socket-activated units
     supervisor bench                          the chaos table and the benchmark figures
@@ -59,6 +63,7 @@ from agent_supervisor.commands import (
     install,
     levers,
     listings,
+    provision,
     run,
     schema,
     tools,
@@ -151,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
     check.add_argument("file", type=Path, help="the policy file to validate")
     schema.add_parser(pol_sub)
+    provision.add_init_parser(pol_sub)
 
     bench = sub.add_parser("bench", help="the chaos table and the benchmark figures "
                            "(real CPU engine; about 25 minutes)")
@@ -245,15 +251,17 @@ def _parser() -> argparse.ArgumentParser:
     install.add_parsers(sub)
     fleet.add_parser(sub)
     agent.add_parser(sub)
+    provision.add_parsers(sub)
     return p
 
 
 def _policy(args: argparse.Namespace) -> int:
-    """``supervisor policy check FILE`` or ``supervisor policy schema``."""
-    return schema.run(args) if args.policy_command == "schema" else tools.policy_check(args)
+    """``supervisor policy check FILE``, ``policy schema`` or ``policy init``."""
+    return {"schema": schema.run, "init": provision.policy_init}.get(
+        args.policy_command, tools.policy_check)(args)
 
 
-#: One handler per command (``supervisor policy`` has one subcommand, ``check``).
+#: One handler per command (``supervisor policy``: its subcommands in ``_policy``).
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run.main, "gateway": gateway.main, "bench": tools.bench,
     "systemd-unit": tools.systemd_unit,
@@ -263,7 +271,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "history": listings.history, "export": listings.export, "runs": listings.runs,
     **dict.fromkeys(levers.COMMANDS, levers.run),
     "install": install.run, "uninstall": install.run, "fleet": fleet.run,
-    "agent": agent.run,
+    "agent": agent.run, "dashboards": provision.dashboards,
+    "alert-rules": provision.alert_rules,
 }
 
 

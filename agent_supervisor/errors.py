@@ -6,6 +6,8 @@
     ├── PolicyError            a policy file is unreadable or invalid (.path, .field, .value)
     ├── EngineError            the engine process misbehaved (.engine_pid)
     │   ├── EngineStartError       it could not be started (executable missing, port taken)
+    │   │   └── ContainerError         ... the container engine's API refused or was
+    │   │                              unreachable (.kind, .runtime_message)
     │   └── EngineStopTimeout      a process of its group survived SIGKILL
     ├── ScrapeError            a probe of the engine failed (.url)
     │   ├── ScrapeTimeout          ... by timing out
@@ -25,8 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CONTAINER_ERROR_KINDS",
     "HIDDEN",
     "AlreadyRunning",
+    "ContainerError",
     "EngineError",
     "EngineStartError",
     "EngineStopTimeout",
@@ -95,6 +99,29 @@ class EngineError(SupervisorError):
 
 class EngineStartError(EngineError):
     """The engine could not be launched at all (no executable, port already taken)."""
+
+
+class ContainerError(EngineStartError):
+    """A call to the container engine's API (Docker Engine API; podman serves it) failed.
+
+    Attributes: ``kind``, one of ``CONTAINER_ERROR_KINDS``: ``api_unreachable`` (no
+    service on the socket), ``permission`` (the socket refuses this user),
+    ``image_missing`` (the supervisor never pulls), ``runtime_refused`` (the runtime would
+    not create or start it: a bad device, mount or command), ``conflict`` (a container of
+    that name exists); ``runtime_message``, the runtime's own words (secrets masked).
+    A start that fails with one of these is classified, not blindly retried (issue 27).
+    """
+
+    def __init__(self, message: str, *, kind: str, runtime_message: str = "",
+                 engine_pid: int | None = None) -> None:
+        if kind not in CONTAINER_ERROR_KINDS:
+            raise ValueError(f"unknown ContainerError kind {kind!r}")
+        self.kind, self.runtime_message = kind, runtime_message
+        super().__init__(message, engine_pid=engine_pid)
+
+
+CONTAINER_ERROR_KINDS = ("api_unreachable", "permission", "image_missing", "runtime_refused",
+                         "conflict")
 
 
 class EngineStopTimeout(EngineError):

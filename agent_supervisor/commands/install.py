@@ -137,7 +137,9 @@ def _user_exists(user: str) -> bool:
 
 def executable(given: Path | None) -> str:
     """The ``supervisor`` program for ExecStart=: ``given``, else the console script of
-    this Python's environment, else the one on $PATH. SetupError when there is none."""
+    this Python's environment (a venv's ``bin/``; pipx's and ``uv tool``'s own venv, not
+    the link they put on $PATH, which an upgrade may move), else the one on $PATH.
+    SetupError when there is none."""
     if given is not None:
         return str(given.absolute())
     beside = Path(sys.executable).parent / "supervisor"
@@ -148,6 +150,48 @@ def executable(given: Path | None) -> str:
         raise SetupError("no `supervisor` program beside this Python or on $PATH: install "
                          "the package into a virtual environment, or pass --executable")
     return found
+
+
+def _closed_to_others(path: Path) -> Path | None:
+    """The first directory above ``path`` that other users cannot enter (no o+x), or None.
+    Ubuntu makes home directories 0750, and pipx and ``uv tool`` install under one."""
+    for parent in reversed(path.parents):
+        try:
+            if not parent.stat().st_mode & 0o001:
+                return parent
+        except OSError:
+            return parent
+    return None
+
+
+def _interpreter(program: str) -> Path | None:
+    """The Python a console script's ``#!`` line names (resolved), or None."""
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return Path(words[0]).resolve() if words else None
+
+
+def unit_executable(args: argparse.Namespace) -> str:
+    """``executable(args.executable)``, with a warning when the service user could not run
+    it: the program or its Python sits below a directory closed to other users (then
+    systemd fails the start with status 203/EXEC)."""
+    exe = executable(args.executable)
+    if args.user == "root":
+        return exe
+    for path in (Path(exe).resolve(), _interpreter(exe)):
+        closed = path and _closed_to_others(path)
+        if closed:
+            _say(f"warning: {closed} is closed to other users, so the service user "
+                 f"{args.user} cannot run {path}; install the package where every user can "
+                 "read it (README.md, \"Install on a Spark\") or pass --executable")
+            break
+    return exe
 
 
 def install(policy: Policy, policy_path: Path, args: argparse.Namespace) -> int:
@@ -187,7 +231,7 @@ def install(policy: Policy, policy_path: Path, args: argparse.Namespace) -> int:
                    f"{policy.admin.token_env}={secrets.token_urlsafe(32)}\n", 0o600)
             _say(f"admin token: written to {lay.env_file} as {policy.admin.token_env} (0600)")
     # 4. the unit
-    exe = executable(args.executable)
+    exe = unit_executable(args)
     unit = unit_file(policy, policy_path, executable=exe, user=args.user)
     if env_file is not None:       # the admin token, read by systemd itself (root, 0600)
         unit = unit.replace("[Service]\n", f"[Service]\nEnvironmentFile={env_file}\n", 1)

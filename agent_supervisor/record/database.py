@@ -24,14 +24,12 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from agent_supervisor.errors import StoreError
+from agent_supervisor.resources import migrations_dir
 
 __all__ = [
-    "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "downgrade", "is_unavailable", "make_engine",
+    "SQLITE_BUSY_TIMEOUT_MS", "downgrade", "is_unavailable", "make_engine",
     "safe_url", "upgrade",
 ]
-
-#: Alembic scripts, at the top of the repository (the design card's ``migrations/``).
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 #: The PostgreSQL advisory lock key that serialises migrations (any fixed bigint;
 #: this one is the ASCII of "asupmigr").
@@ -132,8 +130,24 @@ def safe_url(url: str) -> str:
         return "<unparsable database URL>"
 
 
+def _alembic_config() -> Config:
+    """Alembic's configuration, its scripts the package's ``data/migrations`` (the
+    repository's top-level ``migrations/``, the design card's; issue 28: found through
+    importlib.resources, so a wheel installed anywhere migrates).
+
+    Raises: StoreError when the installed package lacks them.
+    """
+    try:
+        scripts = migrations_dir()
+    except FileNotFoundError as exc:
+        raise StoreError(f"cannot find the migrations: {exc}") from exc
+    cfg = Config()
+    cfg.set_main_option("script_location", str(scripts))
+    return cfg
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Run the Alembic migrations in ``migrations/`` up to ``revision`` on ``engine``.
+    """Run the Alembic migrations (``_alembic_config``) up to ``revision`` on ``engine``.
 
     On PostgreSQL the migration holds a transaction-scoped advisory lock, so two
     processes that open the same database at once (the service and a CLI command, two
@@ -144,8 +158,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
     Raises: StoreError when the database refuses.
     """
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg = _alembic_config()
     try:
         with engine.begin() as conn:
             if conn.dialect.name == "postgresql":
@@ -160,14 +173,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     except SQLAlchemyError as exc:
         raise StoreError(f"migrating {engine.url!r} failed: {exc}") from exc
     except CommandError as exc:
-        raise StoreError(f"cannot run the migrations in {MIGRATIONS_DIR}: {exc} (they live in "
-                         "the repository: install it with `pip install -e .`)") from exc
+        raise StoreError(f"cannot run the migrations in "
+                         f"{cfg.get_main_option('script_location')}: {exc} (the package's "
+                         "data/migrations: reinstall agent-serving-supervisor)") from exc
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Run the Alembic migrations down to ``revision`` (``base`` empties the schema)."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg = _alembic_config()
     try:
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn

@@ -27,7 +27,6 @@ from agent_supervisor.act.incident import Incident
 from agent_supervisor.errors import StoreError
 from agent_supervisor.record import writes
 from agent_supervisor.record.database import (
-    MIGRATIONS_DIR,
     SQLITE_BUSY_TIMEOUT_MS,
     downgrade,
     is_unavailable,
@@ -44,7 +43,7 @@ from agent_supervisor.record.models import (
 from agent_supervisor.record.records import Record
 
 __all__ = [
-    "MIGRATIONS_DIR", "SQLITE_BUSY_TIMEOUT_MS", "Incident", "Store", "downgrade",
+    "SQLITE_BUSY_TIMEOUT_MS", "Incident", "Store", "downgrade",
     "is_unavailable", "make_engine", "upgrade",
 ]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -12,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent_supervisor import __version__
+from agent_supervisor.resources import static_dir
 from agent_supervisor.show.api import (
     actions,
     calibration,
@@ -32,7 +32,8 @@ from agent_supervisor.show.api.deps import (
 
 __all__ = ["STATIC", "create_admin_app", "load_token"]
 
-STATIC = Path(__file__).resolve().parents[1] / "static"
+#: The dashboard page's files, found through importlib.resources (issue 28).
+STATIC = static_dir()
 
 
 def load_token(sup: AdminBackend) -> str | None:
