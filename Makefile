@@ -1,6 +1,7 @@
 # Quick start (see README.md):
 #   make demo   build what is missing, then run the supervisor on the CPU engine
 #               (ENGINE=llama_cpp: on llama.cpp's llama-server instead of vLLM)
+#               (ENGINE_RUNTIME=container: the engine as a podman container)
 #   make test   build what is missing, then run the whole test suite
 #
 # Every build step is idempotent: a marker written at its end says it is done.
@@ -83,8 +84,13 @@ $(GGUF_MODELS): agent_supervisor/demo/llamacpp.py agent_supervisor/demo/gguf_con
 		--engine-python $(ENGINE_VENV)/bin/python
 	touch $@
 
-demo: setup
-	$(SUP) run --policy $(DEMO_POLICY_$(ENGINE))
+# ENGINE_RUNTIME=container: the engine runs as a podman container (engine.runtime:
+# container) built here from the engine environment, through podman's Docker Engine API.
+ENGINE_RUNTIME ?= process
+DEMO_RUN_process := run
+DEMO_RUN_container := container-demo
+demo: setup $(if $(filter container,$(ENGINE_RUNTIME)),podman)
+	$(SUP) $(DEMO_RUN_$(ENGINE_RUNTIME)) --policy $(DEMO_POLICY_$(ENGINE))
 
 chromium:
 	@command -v chromium >/dev/null || \

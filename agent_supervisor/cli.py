@@ -13,6 +13,7 @@
                                               example (--list names them)
     supervisor dashboards [--output DIR]      the Grafana dashboard, for provisioning
     supervisor alert-rules [--output DIR]     the Prometheus alerting rules (and their tests)
+    supervisor container-demo --policy FILE   its engine as a podman container (the demo)
     supervisor systemd-unit --policy FILE     print a systemd unit (Type=notify) for it
         [--unit gateway-socket|gateway-service]   or the gateway's socket-activated units
     supervisor bench                          the chaos table and the benchmark figures
@@ -58,6 +59,7 @@ from pathlib import Path
 from agent_supervisor import __version__
 from agent_supervisor.commands import (
     agent,
+    container_demo,
     fleet,
     gateway,
     install,
@@ -251,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     install.add_parsers(sub)
     fleet.add_parser(sub)
     agent.add_parser(sub)
+    container_demo.add_parser(sub)
     provision.add_parsers(sub)
     return p
 
@@ -272,6 +275,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **dict.fromkeys(levers.COMMANDS, levers.run),
     "install": install.run, "uninstall": install.run, "fleet": fleet.run,
     "agent": agent.run, "dashboards": provision.dashboards,
+    "container-demo": container_demo.run,
     "alert-rules": provision.alert_rules,
 }
 

@@ -84,8 +84,9 @@ class ContainerSpec(_Model):
     ``unix:///run/podman/podman.sock`` (``podman system service``)."""
     entrypoint: list[str] | None = None
     """None keeps the image's entrypoint (NGC's ``nvidia_entrypoint.sh`` runs the command
-    as given); ``[]`` clears it (``vllm/vllm-openai``'s is ``vllm serve``: clear it, or drop
-    ``vllm serve`` from ``engine.executable``/``args``)."""
+    as given); ``[]`` clears it, so the command (``engine.executable`` and the arguments)
+    runs alone: what ``vllm/vllm-openai`` (entrypoint ``vllm serve``) and llama.cpp's
+    server images (``/app/llama-server``) need."""
     network_mode: Literal["host"] = "host"
     """The engine shares the box's network, so ``engine.host``/``engine.port`` mean the same
     as for a process and no port is published (what the 2x Spark recipes do; a bridge with

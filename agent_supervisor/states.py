@@ -52,6 +52,9 @@ class CrashReason(StrEnum):
     """The process could not be created because the supervisor or the box ran out of
     file descriptors, memory or processes (EMFILE, ENFILE, ENOMEM, EAGAIN): a fact about
     the box, retried after a delay and never counted as a crash of the mode."""
+    RUNTIME_UNAVAILABLE = "runtime_unavailable"
+    """The container engine's API could not be reached (no socket, service down): a fact
+    about the box, retried after a delay and never counted as a crash of the mode."""
     ENGINE_CORE_DIED = "engine_core_died"
     """The ``VLLM::EngineCore`` child vanished while the API server lived on."""
     ENGINE_HUNG = "engine_hung"

@@ -47,9 +47,11 @@ from agent_supervisor.privacy import is_secret_name
 
 __all__ = [
     "DEV_MODE_VARIABLES",
+    "HOST_ONLY",
     "INHERITED",
     "INHERITED_PREFIXES",
     "MAX_TMPDIR_CHARS",
+    "container_environment",
     "engine_environment",
     "find_run_tmp_dirs",
     "make_run_tmp_dir",
@@ -178,3 +180,23 @@ def remove_run_tmp_dirs(policy: Policy, run_id: str) -> None:
     """Remove what ``find_run_tmp_dirs`` finds for run ``run_id``."""
     for path in find_run_tmp_dirs(policy, run_id):
         shutil.rmtree(path, ignore_errors=True)
+
+
+#: Inherited names that describe the supervisor's host, not the image: a container keeps
+#: its image's PATH, HOME, library path and temp directory.
+HOST_ONLY = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LD_LIBRARY_PATH",
+                       "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CACHE_DIRECTORY", "CC", "CXX",
+                       "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"})
+
+
+def container_environment(policy: Policy,
+                          environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the engine's container (``engine.runtime: container``): the
+    same allow-list, secret rules, ``engine.environment`` and API key as a process gets
+    (``engine_environment``), less what names the supervisor's own host (``HOST_ONLY``,
+    ``XDG_*``: the image has its own), and no private TMPDIR (the container has its own
+    /tmp). Raises: ``PolicyError`` when ``engine.api_key_file`` cannot be read."""
+    env = engine_environment(policy, Path("/tmp"), environ)
+    own = policy.engine.environment
+    return {k: v for k, v in env.items()
+            if k in own or not (k in HOST_ONLY or k.startswith("XDG_"))}

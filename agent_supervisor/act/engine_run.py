@@ -62,6 +62,11 @@ class EngineRun:
     shm_before: set[str] | None = field(default_factory=set, repr=False)
     """/dev/shm leftovers-to-be before the start; None: unknown (not read), so nothing
     is removed after the run."""
+    container_id: str | None = None
+    """The engine's container (``engine.runtime: container``), None for a process."""
+    container_name: str | None = None
+    oom_killed: bool | None = None
+    """The container engine's OOMKilled flag at exit (a cgroup limit); None: unknown."""
     log_tail: LogTail | None = field(default=None, repr=False)
     """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
 

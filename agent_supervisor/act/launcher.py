@@ -1,7 +1,9 @@
-"""The engine launcher: the only code that starts, signals or kills the engine process.
+"""The engine launcher: the only code that starts, signals or kills the engine.
 
 Everyone else asks it for an ``EngineStatus`` (a snapshot) or calls ``start``, ``stop``
-or ``kill``. States and edges are drawn in ``agent_supervisor.states``.
+or ``kill``. States and edges are drawn in ``agent_supervisor.states``. Where the engine's
+processes live (a child process group, or a container) is the runtime's business
+(``act/engine_runtime.py``); the launcher's steps are the same for both.
 """
 
 from __future__ import annotations
@@ -9,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -22,20 +22,16 @@ import httpx
 import psutil
 
 from agent_supervisor.act.child_watch import ChildWatch
+from agent_supervisor.act.container import ContainerInfo
 from agent_supervisor.act.engine_env import find_run_tmp_dirs, remove_run_tmp_dirs
 from agent_supervisor.act.engine_run import EngineRun, new_run_id, utcnow
+from agent_supervisor.act.engine_runtime import EngineRuntime, ProcessRuntime, runtime_for
 from agent_supervisor.act.logtail import LogTail
 from agent_supervisor.act.processes import (
     Leftovers,
-    group_members,
-    kill_group,
-    looks_like,
-    read_leftovers,
     remove_stale_shm,
     shm_snapshot,
-    spawn_engine,
     spawn_failure,
-    stop_leftover_group,
 )
 from agent_supervisor.engine_flags import flag_rules
 from agent_supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
@@ -82,7 +78,8 @@ class EngineLauncher:
         self._state = EngineState.STOPPED
         self._since_s = clock()
         self._run: EngineRun | None = None
-        self._proc: asyncio.subprocess.Process | None = None
+        self._runtimes: dict[str, EngineRuntime] = {}
+        self._rt: EngineRuntime = ProcessRuntime()   # the current run's (set at each start)
         self._exited = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._children = ChildWatch(self._child_exited)
@@ -123,15 +120,20 @@ class EngineLauncher:
             processes_rss_before_bytes=run.processes_rss_before_bytes,
         )
 
+    @property
+    def runtime(self) -> EngineRuntime:
+        """The runtime of the current run (``act/engine_runtime.py``)."""
+        return self._rt
+
     def leftovers(self) -> Leftovers | None:
-        """What is left of the current run's process group once the launcher no longer
-        runs it (CRASHED, STOPPED); None while it starts, serves or stops, or before any
-        run. Scans every process (``group_members``)."""
+        """What is left of the current run's processes (its group, or its container's
+        cgroup) once the launcher no longer runs it (CRASHED, STOPPED); None while it
+        starts, serves or stops, or before any run."""
         run = self._run
-        if run is None or run.pgid is None or self._state not in (EngineState.CRASHED,
-                                                                  EngineState.STOPPED):
+        if run is None or run.pid is None or self._state not in (EngineState.CRASHED,
+                                                                 EngineState.STOPPED):
             return None
-        return read_leftovers(run.pgid)
+        return self._rt.leftovers(run)
 
     # -- transitions -----------------------------------------------------------------
 
@@ -158,17 +160,19 @@ class EngineLauncher:
         2. Make the run's log file (under the state directory) and a private TMPDIR;
            read MemAvailable (a run field: the next start waits until it is back).
         3. Spawn the argument vector (no shell; ``start_args`` are a start-up fallback's
-           flags over the mode's) in a new session, stdout and stderr to the log file, so
-           the engine survives the supervisor being killed.
+           flags over the mode's) through the policy's runtime: a new session, or a
+           container; stdout and stderr to the log file; the engine survives the
+           supervisor being killed.
         4. Watch for exit, watch every ``VLLM::`` child from the moment it appears (a core
            that dies while starting is seen at once: vLLM's API server keeps "Waiting for
            core engine" for a core that is gone, RBLN-SW/vllm-rbln#1000), and poll /health
            until ready. The launcher never times a start out: the start-up guard judges a
            start stuck only when it makes no progress.
 
-        A spawn that fails (no such executable, port in use) does not raise: the run
-        comes back CRASHED with ``crash_reason = spawn_failed`` and ``error`` set, and the
-        decision logic treats it like any other failed start.
+        A spawn that fails (no such executable, port in use, an image the container
+        engine lacks) does not raise: the run comes back CRASHED with ``crash_reason =
+        spawn_failed`` and ``error`` set, and the decision logic treats it like any other
+        failed start.
         """
         if self._state not in (EngineState.STOPPED, EngineState.CRASHED):
             raise EngineStartError(f"engine already {self._state}", engine_pid=self._pid())
@@ -190,8 +194,9 @@ class EngineLauncher:
         self._run = run
         self._exited = asyncio.Event()
         try:
+            self._rt = runtime_for(self.policy, self._runtimes)
             run.shm_before = shm_snapshot()       # EMFILE here too under a flood
-            self._proc = await spawn_engine(run, self.policy)
+            await self._rt.spawn(run, self.policy)
         except (EngineStartError, OSError, subprocess.SubprocessError, PolicyError) as exc:
             run.error = str(exc)
             run.crash_reason = spawn_failure(exc)
@@ -199,37 +204,17 @@ class EngineLauncher:
             self._exited.set()
             self._set(EngineState.CRASHED, f"spawn failed: {exc}")
             return run
-        run.pid = self._proc.pid
-        logger.info("engine run %s: mode %s, pid %d, argv %s", run_id, mode.name, run.pid,
-                    " ".join(mask_argv(run.argv)))
-        self._set(EngineState.STARTING, f"spawned pid {run.pid}")
-        self._spawn_task(self._watch_exit(run, self._proc))
+        where = f", container {run.container_name}" if run.container_name else ""
+        logger.info("engine run %s: mode %s, pid %s%s, argv %s", run_id, mode.name, run.pid,
+                    where, " ".join(mask_argv(run.argv)))
+        self._set(EngineState.STARTING, f"spawned pid {run.pid}{where}")
+        self._spawn_task(self._watch_exit(run))
         self._spawn_task(self._watch_ready(run))
         self._spawn_task(self._watch_start_children(run))
         return run
 
-    async def _watch_exit(self, run: EngineRun, proc: asyncio.subprocess.Process) -> None:
-        rc = await proc.wait()
-        run.exit_code, run.exit_signal = (rc, None) if rc >= 0 else (None, -rc)
-        self._exited_now(run, f"status {rc}" if rc >= 0 else
-                         f"signal {signal.Signals(-rc).name}")
-
-    def _watch_exit_pidfd(self, run: EngineRun) -> None:
-        """Exit watch for an adopted engine: not our child, so no status, only the fact."""
-        assert run.pid is not None
-        try:
-            fd = os.pidfd_open(run.pid)
-        except OSError:
-            self._exited_now(run, "status unknown (it was gone when adopted)")
-            return
-        loop = asyncio.get_running_loop()
-
-        def gone() -> None:
-            loop.remove_reader(fd)
-            os.close(fd)
-            self._exited_now(run, "status unknown (adopted, not our child)")
-
-        loop.add_reader(fd, gone)
+    async def _watch_exit(self, run: EngineRun) -> None:
+        self._exited_now(run, await self._rt.wait_exit(run))
 
     def _exited_now(self, run: EngineRun, how: str) -> None:
         run.exited_s = self._clock()
@@ -291,9 +276,10 @@ class EngineLauncher:
 
         1. SIGTERM to the API server; vLLM drains for up to ``--shutdown-timeout``.
         2. Wait ``stop_grace_seconds`` (+ vLLM's ``shutdown_timeout_seconds``) for it to exit.
-        3. SIGKILL to the whole process group (EngineCore and Workers can outlive it).
-        4. Wait up to ``kill_timeout_seconds`` for every process of the group to vanish.
-        5. Remove the run's TMPDIR and the /dev/shm files it left behind.
+        3. SIGKILL to every member: the whole process group, or every process of the
+           container's cgroup (EngineCore and Workers can outlive the API server).
+        4. Wait up to ``kill_timeout_seconds`` for every member to vanish.
+        5. Remove the container, the run's TMPDIR and the /dev/shm files it left behind.
 
         Blocks for at most the sum of those timeouts. A crashed engine is killed at once.
         Raises: EngineStopTimeout when a process of the group survives step 4.
@@ -306,8 +292,7 @@ class EngineLauncher:
         run.planned_stop = True
         self._set(EngineState.STOPPING, reason)
         if not self._exited.is_set():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(run.pid, signal.SIGTERM)
+            await self._rt.terminate(run)
             eng = self.policy.engine
             grace = flag_rules(eng.kind).stop_wait_seconds(eng)
             try:
@@ -315,7 +300,7 @@ class EngineLauncher:
             except TimeoutError:
                 run.sigterm_ignored = True
                 logger.warning("engine run %s: still running %g s after SIGTERM (sigterm "
-                               "ignored); SIGKILL to group %d", run.run_id, grace, run.pgid)
+                               "ignored); SIGKILL to every member", run.run_id, grace)
         await self._reap_group(run)
         return run
 
@@ -346,17 +331,17 @@ class EngineLauncher:
     async def _reap_group(self, run: EngineRun) -> None:
         self._unwatch_children()
         timeout = self.policy.engine.kill_timeout_seconds
-        if run.pgid is not None:
-            kill_group(run.pgid)
+        if run.pid is not None:
+            self._rt.kill(run)
             if not self._exited.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._exited.wait(), timeout)
             deadline = self._clock() + timeout
-            survivors = group_members(run.pgid)
+            survivors = self._rt.members(run)
             while survivors and self._clock() < deadline:
                 await asyncio.sleep(0.05)
-                kill_group(run.pgid)
-                survivors = group_members(run.pgid)
+                self._rt.kill(run)
+                survivors = self._rt.members(run)
             if survivors:
                 # Recorded as stopped all the same: the ladder goes on (a new start then
                 # meets the port still held, a failed spawn with backoff and give-up),
@@ -364,11 +349,18 @@ class EngineLauncher:
                 run.ended_at = run.ended_at or utcnow()
                 self._set(EngineState.STOPPED, f"pids {survivors} survived SIGKILL")
                 raise EngineStopTimeout(
-                    f"engine run {run.run_id}: pids {survivors} of group {run.pgid} survived "
-                    f"SIGKILL for {timeout:g} s", engine_pid=run.pid, survivors=survivors)
+                    f"engine run {run.run_id}: pids {survivors} of {self._group(run)} "
+                    f"survived SIGKILL for {timeout:g} s", engine_pid=run.pid,
+                    survivors=survivors)
         run.ended_at = run.ended_at or utcnow()
+        await self._rt.finish(run)
         self._cleanup(run)
         self._set(EngineState.STOPPED, "process group gone")
+
+    @staticmethod
+    def _group(run: EngineRun) -> str:
+        return (f"container {run.container_name}" if run.container_name
+                else f"group {run.pgid}")
 
     def _cleanup(self, run: EngineRun) -> None:
         if run.tmp_dir != Path():
@@ -382,35 +374,33 @@ class EngineLauncher:
                     started_at: datetime) -> EngineRun | None:
         """Take over an engine an earlier life of the service launched and left running.
 
-        Only if its group lives and its API server's command line is exactly what this
-        policy gives ``rung`` (same mode, same arguments); otherwise returns None and
-        touches nothing (the caller stops it). The run keeps its id and log file; its
-        exit is watched through a pidfd (it is no longer our child, so its exit status
-        is unknown); it is READY at once if /health answers 200, else STARTING.
+        Only if it still runs (its group, or its container found by the run id label) and
+        its command line is exactly what this policy gives ``rung`` (same mode, same
+        arguments); otherwise returns None and touches nothing (the caller stops it). The
+        run keeps its id and log file (a container's log stream is followed again); its
+        exit is watched through a pidfd (no longer our child: a process's exit status is
+        unknown, a container's comes from the container engine); it is READY at once if
+        /health answers 200, else STARTING.
         """
         if self._state is not EngineState.STOPPED:
             raise EngineStartError(f"engine already {self._state}", engine_pid=self._pid())
         argv = build_argv(self.policy, self.policy.modes[rung])
-        if not group_members(pid) or not looks_like(pid, argv) or \
-                psutil.Process(pid).cmdline() != argv:
-            return None
         age = max(0.0, (utcnow() - started_at).total_seconds())
         tmp_dirs = find_run_tmp_dirs(self.policy, run_id)
         run = EngineRun(run_id=run_id, rung=rung, mode=self.policy.modes[rung].name, argv=argv,
                         log_path=log_path, tmp_dir=tmp_dirs[0] if tmp_dirs else Path(),
                         started_s=self._clock() - age, started_at=started_at, pid=pid)
-        run.log_tail = LogTail(log_path)
-        self._run = run
-        self._proc = None
-        self._exited = asyncio.Event()
-        self._watch_exit_pidfd(run)
-        if self._exited.is_set():
-            self._run = None
+        rt = runtime_for(self.policy, self._runtimes)
+        if not await rt.adopt(run, argv):
             return None
+        run.log_tail = LogTail(log_path)
+        self._rt, self._run, self._exited = rt, run, asyncio.Event()
+        self._spawn_task(self._watch_exit(run))
         async with httpx.AsyncClient() as client:
             status, _ = await probe_health(client, self.base_url, timeout_seconds=2.0)
-        logger.info("engine run %s: adopted pid %d (mode %s) from an earlier life", run_id,
-                    pid, run.mode)
+        logger.info("engine run %s: adopted pid %s (mode %s%s) from an earlier life", run_id,
+                    run.pid, run.mode, f", container {run.container_name}"
+                    if run.container_name else "")
         if status == 200:
             run.ready_s, run.ready_at = self._clock(), utcnow()
             self._watch_children(run)
@@ -423,16 +413,26 @@ class EngineLauncher:
     async def clear_leftover(self, run_id: str, pid: int, argv: list[str]) -> list[int]:
         """Kill what is left of an engine an earlier life of the service launched.
 
-        The group ``pid`` is only touched if one of its live processes still looks like
-        that engine (its command line is ``argv``, or it carries a ``VLLM::`` title), so
-        a recycled pid is never killed. SIGTERM first, then SIGKILL after
-        ``kill_timeout_seconds``. The run's TMPDIR is removed either way.
+        A process group ``pid`` is only touched if one of its live processes still looks
+        like that engine (its command line is ``argv``, or it carries a ``VLLM::`` title),
+        so a recycled pid is never killed: SIGTERM first, then SIGKILL after
+        ``kill_timeout_seconds``. A container is found by its run id label, SIGKILLed
+        through its cgroup and removed. The run's TMPDIR is removed either way.
         Returns: the pids that were found and killed.
         Raises: EngineStopTimeout when some survive.
         """
         remove_run_tmp_dirs(self.policy, run_id)
-        return await stop_leftover_group(pid, argv, self.policy.engine.kill_timeout_seconds,
-                                         self._clock)
+        rt = runtime_for(self.policy, self._runtimes)
+        return await rt.clear_leftover(run_id, pid, argv,
+                                       self.policy.engine.kill_timeout_seconds, self._clock)
+
+    async def clear_orphans(self) -> list[ContainerInfo]:
+        """Remove engine containers of this fleet and host that no run accounts for (a
+        container of an earlier life whose run is closed or was never recorded), other
+        than the current run's. Returns them as found ([] for the process runtime).
+        Raises: EngineStopTimeout when a process of one survives SIGKILL."""
+        rt = runtime_for(self.policy, self._runtimes)
+        return await rt.orphans(self._run.run_id if self._run else None)
 
     async def close(self) -> None:
         """Cancel the watcher tasks (the engine itself is left as it is)."""

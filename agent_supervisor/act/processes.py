@@ -91,11 +91,13 @@ class Leftovers:
     rss_bytes: int = 0
 
 
-def read_leftovers(pgid: int) -> Leftovers:
-    """Who is still alive in process group ``pgid`` (zombies and exiting processes, whose
-    memory is gone, left out; state D kept), with their state."""
+def read_leftovers(pgid: int | None = None, *, pids: list[int] | None = None) -> Leftovers:
+    """Who is still alive in process group ``pgid``, or of ``pids`` (a container's cgroup
+    members), with their state: zombies and exiting processes, whose memory is gone, left
+    out; state D kept."""
+    members = group_members(pgid) if pgid is not None else list(pids or ())
     pids, stuck, roles, rss = [], [], [], 0
-    for pid in group_members(pgid):
+    for pid in members:
         try:
             proc = psutil.Process(pid)
             status = proc.status()
@@ -332,5 +334,8 @@ def out_of_resources(exc: BaseException) -> bool:
 
 def spawn_failure(exc: BaseException) -> CrashReason:
     """The crash reason of a spawn that raised ``exc``: SPAWN_RESOURCES when the box ran
-    out of something (``out_of_resources``), else SPAWN_FAILED."""
+    out of something (``out_of_resources``), RUNTIME_UNAVAILABLE when the container
+    engine's API did not answer (``ContainerError.kind``), else SPAWN_FAILED."""
+    if getattr(exc, "kind", None) == "api_unreachable":
+        return CrashReason.RUNTIME_UNAVAILABLE
     return CrashReason.SPAWN_RESOURCES if out_of_resources(exc) else CrashReason.SPAWN_FAILED

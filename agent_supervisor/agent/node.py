@@ -21,6 +21,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from agent_supervisor.act.container import ContainerEngine
 from agent_supervisor.act.engine_env import engine_environment, make_run_tmp_dir
 from agent_supervisor.act.node_argv import node_environment, rank_argv
 from agent_supervisor.agent.rank import LocalRank
@@ -63,7 +64,8 @@ class NodeAgent:
         self.rank_index = names.index(node)
         self.node = policy.engine.nodes[self.rank_index]
         self.state_dir = policy.state_directory / f"agent-{node}"
-        self.rank = LocalRank(self.state_dir, kill_timeout_s=policy.engine.kill_timeout_seconds)
+        self.rank = LocalRank(self.state_dir, kill_timeout_s=policy.engine.kill_timeout_seconds,
+                              containers=rank_containers(policy, node))
         self.host = HostReader(meminfo)
         self.kernel, self.gpu, self.sysfs = kernel, gpu, sysfs
         self.kernel_lines: deque[tuple[float, str, str]] = deque(maxlen=KEEP_LINES)
@@ -179,7 +181,8 @@ class NodeAgent:
         env = engine_environment(policy, tmp, node_env=node_env)
         self.rank_tags.clear()
         before = self.host.read().get("mem_available_bytes")
-        pid = await self.rank.start(argv, env, cwd=policy.working_directory, run_id=run_id,
+        rank_run = run_id if self.rank.containers is None else f"{run_id}.{self.node.name}"
+        pid = await self.rank.start(argv, env, cwd=policy.working_directory, run_id=rank_run,
                                     mem_available_bytes=int(before) if before else None)
         self.latest = await self._read()
         return {"pid": pid, "argv": argv, "gid_index": self.gid[0], "gid_note": self.gid[1]}
@@ -209,3 +212,13 @@ class NodeAgent:
             self.kernel.close()
         if self.gpu is not None:
             self.gpu.close()
+
+
+def rank_containers(policy: Policy, node: str) -> ContainerEngine | None:
+    """The container engine a worker node's rank runs in (``engine.runtime: container``),
+    its containers labelled with the node's name as their host; None for a process rank."""
+    spec = policy.engine.container
+    if policy.engine.runtime != "container" or spec is None:
+        return None
+    return ContainerEngine(spec, fleet=policy.fleet, host=node,
+                           working_directory=policy.working_directory)

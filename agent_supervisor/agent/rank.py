@@ -1,8 +1,10 @@
 """``LocalRank``: the one headless engine rank of this node, started and stopped on the
 head's orders and killed by the agent itself at the memory floor.
 
-The rank runs in a session of its own (its pid is its process group) with its output
-appended to ``<state>/logs/rank-<run id>.log``. States: ``stopped`` (never started, or
+The rank runs in a session of its own (its pid is its process group), or, with
+``engine.runtime: container``, as a container of its own (``act/container.py``: its members
+are its cgroup's processes, SIGKILLed from the host; the container is removed after), with
+its output appended to ``<state>/logs/rank-<run id>.log``. States: ``stopped`` (never started, or
 stopped on request), ``running``, ``exited`` (ended without being asked: a crash, whatever
 the status), ``killed`` (the agent killed it: ``killed_reason``).
 """
@@ -18,6 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_supervisor.act.container import (
+    ContainerEngine,
+    ContainerHandle,
+    cgroup_members,
+    kill_members,
+)
+from agent_supervisor.act.engine_env import HOST_ONLY
+from agent_supervisor.act.engine_runtime import wait_pid_gone
 from agent_supervisor.act.logtail import LogTail
 from agent_supervisor.act.processes import group_members, kill_group, read_leftovers
 from agent_supervisor.errors import EngineStartError
@@ -30,8 +40,12 @@ logger = logging.getLogger(__name__)
 class LocalRank:
     """Owns the node's rank process. Use from one asyncio loop."""
 
-    def __init__(self, state_dir: Path, *, kill_timeout_s: float) -> None:
+    def __init__(self, state_dir: Path, *, kill_timeout_s: float,
+                 containers: ContainerEngine | None = None) -> None:
         self.state_dir = state_dir
+        self.containers = containers
+        self._container: ContainerHandle | None = None
+        self._running = False
         self.kill_timeout_s = kill_timeout_s
         self.state = "stopped"
         self.run_id: str | None = None
@@ -50,7 +64,47 @@ class LocalRank:
     @property
     def alive(self) -> bool:
         """Whether the rank's process runs now."""
+        if self._container is not None:
+            return self._running
         return self._proc is not None and self._proc.returncode is None
+
+    def _members(self) -> list[int]:
+        if self._container is not None:
+            return cgroup_members(self._container)
+        return [] if self.pid is None else group_members(self.pid)
+
+    def _kill_all(self) -> None:
+        if self._container is not None:
+            kill_members(self._container)
+        elif self.pid is not None:
+            kill_group(self.pid)
+
+    async def _start_container(self, argv: list[str], env: dict[str, str], run_id: str,
+                               log: Path) -> int:
+        assert self.containers is not None
+        env = {k: v for k, v in env.items() if k not in HOST_ONLY}
+        log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handle = await asyncio.to_thread(self.containers.run, run_id=run_id, mode="rank",
+                                         argv=argv, env=env, log_path=log)
+        if handle.pid is None:
+            raise EngineStartError(f"rank container {handle.name} is not running after start")
+        self._container, self._proc, self._running = handle, None, True
+        self._watch = asyncio.get_running_loop().create_task(self._wait_container(handle))
+        return handle.pid
+
+    async def _wait_container(self, handle: ContainerHandle) -> None:
+        await wait_pid_gone(handle.pid)
+        assert self.containers is not None
+        code, _ = await asyncio.to_thread(self.containers.wait, handle.id, 5.0)
+        if handle is not self._container:
+            return
+        self._running = False
+        rc = None if code is None else (-(code - 128) if 128 < code < 160 else code)
+        self.exit_code, self.exit_signal = (None, -rc) if rc is not None and rc < 0 \
+            else (rc, None)
+        if not self._asked:
+            self.state = "exited"
+            logger.warning("rank run %s exited unasked (status %s)", self.run_id, code)
 
     async def start(self, argv: list[str], env: dict[str, str], *, cwd: Path, run_id: str,
                     mem_available_bytes: int | None) -> int:
@@ -60,6 +114,22 @@ class LocalRank:
             raise EngineStartError(f"a rank runs already (pid {self.pid}, run {self.run_id})",
                                    engine_pid=self.pid)
         log = self.state_dir / "logs" / f"rank-{run_id}.log"
+        self._asked, self._container = False, None
+        if self.containers is not None:
+            pid = await self._start_container(argv, env, run_id, log)
+        else:
+            pid = await self._spawn(argv, env, cwd, log)
+        self.pid, self.run_id, self.argv = pid, run_id, argv
+        self.state = "running"
+        self.exit_code = self.exit_signal = None
+        self.killed_reason, self.kill_evidence = None, None
+        self.mem_available_before_bytes = mem_available_bytes
+        self.log_tail = LogTail(log)
+        where = f", container {self._container.name}" if self._container else ""
+        logger.info("rank run %s: pid %d%s, argv %s", run_id, pid, where, " ".join(argv))
+        return pid
+
+    async def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
         try:
             log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -69,14 +139,8 @@ class LocalRank:
                     stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             raise EngineStartError(f"cannot start the rank: {exc.strerror or exc}") from exc
-        self._proc, self.pid, self.run_id, self.argv = proc, proc.pid, run_id, argv
-        self.state, self._asked = "running", False
-        self.exit_code = self.exit_signal = None
-        self.killed_reason, self.kill_evidence = None, None
-        self.mem_available_before_bytes = mem_available_bytes
-        self.log_tail = LogTail(log)
+        self._proc = proc
         self._watch = asyncio.get_running_loop().create_task(self._wait(proc))
-        logger.info("rank run %s: pid %d, argv %s", run_id, proc.pid, " ".join(argv))
         return proc.pid
 
     async def _wait(self, proc: asyncio.subprocess.Process) -> None:
@@ -91,15 +155,16 @@ class LocalRank:
     async def stop(self, *, grace_s: float, reason: str) -> list[int]:
         """1. SIGTERM to the rank; 2. wait up to ``grace_s``; 3. SIGKILL its group; 4. wait up
         to ``kill_timeout_s`` for every member to vanish. Returns the pids still alive."""
-        if self._proc is None:
+        if self.pid is None:
             return []
         self._asked = True
         if self.alive:
             logger.info("rank run %s: stopping (%s)", self.run_id, reason)
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._proc.wait()), grace_s)
+                os.kill(self.pid, signal.SIGTERM)
+            if self._watch is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._watch), grace_s)
         survivors = await self._reap()
         if self.state != "killed":
             self.state = "stopped"
@@ -108,37 +173,41 @@ class LocalRank:
     async def kill(self, *, reason: str, evidence: dict[str, Any] | None = None) -> list[int]:
         """SIGKILL the rank's whole group now (the agent's own floor kill, or the head's
         emergency). Returns the pids still alive after ``kill_timeout_s``."""
-        if self._proc is None:
+        if self.pid is None:
             return []
         self._asked = True
-        if self.alive or group_members(self._proc.pid):
+        if self.alive or self._members():
             self.state, self.killed_reason, self.kill_evidence = "killed", reason, evidence
-            logger.warning("rank run %s: SIGKILL to group %d (%s)", self.run_id,
-                           self._proc.pid, reason)
+            logger.warning("rank run %s: SIGKILL to %s (%s)", self.run_id,
+                           f"container {self._container.name}" if self._container
+                           else f"group {self.pid}", reason)
         return await self._reap()
 
     async def _reap(self) -> list[int]:
-        assert self._proc is not None
-        pgid = self._proc.pid
-        kill_group(pgid)
+        self._kill_all()
         deadline = time.monotonic() + self.kill_timeout_s
-        survivors = group_members(pgid)
+        survivors = self._members()
         while (survivors or self.alive) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-            kill_group(pgid)
-            survivors = group_members(pgid)
+            self._kill_all()
+            survivors = self._members()
         if self._watch is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._watch), 1.0)
+        if self._container is not None and not survivors and self.containers is not None:
+            with contextlib.suppress(EngineStartError):      # ContainerError: logged below
+                await asyncio.to_thread(self.containers.remove, self._container.id)
         return survivors
 
     def leftovers(self) -> tuple[int, ...] | None:
         """Live pids of the rank's group once it no longer runs (() none; None: no rank)."""
-        if self._proc is None:
+        if self.pid is None:
             return None
         if self.alive:
             return ()
-        return tuple(read_leftovers(self._proc.pid).pids)
+        if self._container is not None:
+            return tuple(read_leftovers(pids=self._members()).pids)
+        return tuple(read_leftovers(self.pid).pids)
 
     async def close(self) -> None:
         """Kill the rank (the agent is going away: no orphan rank holding memory)."""

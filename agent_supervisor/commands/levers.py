@@ -227,7 +227,9 @@ def status_text(st: dict[str, Any]) -> str:
         f"fleet {st['fleet']}: mode {st['mode']} (rung {st['rung']} of "
         f"{len(st['ladder']) - 1}), engine {st['engine_state']} for "
         f"{st['engine_seconds_in_state']:g} s (run {st['engine_run_id'] or '-'}, "
-        f"pid {st['engine_pid'] or '-'}), up {st['uptime_seconds']:g} s",
+        f"pid {st['engine_pid'] or '-'}"
+        + (f", container {st['engine_container']}" if st.get("engine_container") else "")
+        + f"), up {st['uptime_seconds']:g} s",
         f"why: {d.get('explanation', 'no decision yet')}"
         + (f" ({ago:g} s ago)" if ago is not None else ""),
         f"calm {st['calm_seconds']:g} s" + (f" of {calm_of:g} s before a step up"

@@ -26,9 +26,14 @@ def policy_check(args: argparse.Namespace) -> int:
     argv = build_argv(policy, policy.modes[policy.initial_rung])
     print(f"engine: {' '.join(argv)}")
     print(f"  cwd {policy.working_directory}")
+    box = policy.engine.container
+    if box is not None:
+        print(f"  in a container: image {box.image}, API {box.api_socket}, network "
+              f"{box.network_mode}, GPUs {box.gpus}, IPC {box.ipc_mode}, "
+              f"{len(box.mounts)} mounts, devices {', '.join(box.devices) or 'none'}")
     print(ladder_table(policy))
     exe = Path(policy.engine_executable)
-    if "/" in policy.engine_executable and not exe.exists():
+    if box is None and "/" in policy.engine_executable and not exe.exists():
         print(f"warning: engine.executable {exe} does not exist on this machine")
     return EXIT_OK
 

@@ -175,7 +175,7 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
         return None
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
     rst = policy.restart
-    if crash.kind == str(CrashReason.SPAWN_RESOURCES):
+    if crash.kind in (str(CrashReason.SPAWN_RESOURCES), str(CrashReason.RUNTIME_UNAVAILABLE)):
         delay = max(rst.restart_delay_seconds, SPAWN_RESOURCES_RETRY_SECONDS)
         return Decision(Action.RESTART, ladder.rung, f"{crash.summary}: the box, not mode "
                         f"{_name(sit, ladder.rung)}; not counted as a crash -> retry in "

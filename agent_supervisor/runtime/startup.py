@@ -24,7 +24,7 @@ from typing import Any
 from agent_supervisor import __version__
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
-from agent_supervisor.errors import EngineStopTimeout, StoreError
+from agent_supervisor.errors import EngineStartError, EngineStopTimeout, StoreError
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.record.records import StartService, StopService, new_key
 from agent_supervisor.record.unclean import check_previous_life, read_boot_id
@@ -97,6 +97,27 @@ class StartUp:
             rows = rows[:-1]
         for row in rows:
             await self._clear(row)
+        await self._clear_orphan_containers()
+
+    async def _clear_orphan_containers(self) -> None:
+        """Engine containers of this fleet and host that no open run accounts for (the
+        record lost, or closed while the container lived on): killed, removed, on record.
+        A container engine that does not answer is logged; the start then meets it."""
+        try:
+            found = await self.launcher.clear_orphans()
+        except (EngineStopTimeout, EngineStartError) as exc:
+            logger.error("cannot clear engine containers of an earlier life: %s", exc)
+            return
+        for info in found:
+            run_id = info.labels.get("io.agent-supervisor.run-id")
+            self.recorder.incident(Incident(
+                kind="orphaned_engine", severity="warning", started_at=datetime.now(UTC),
+                action="kill", mode=info.labels.get("io.agent-supervisor.mode"),
+                run_id=run_id, explanation=f"engine container {info.name} (run {run_id}, "
+                f"{info.status}) outlived an earlier life of the supervisor: removed",
+                outcome="container removed",
+                findings=[{"container": info.name, "container_id": info.id[:12],
+                           "status": info.status, "pid": info.pid}]))
 
     async def _clear(self, row: Any) -> None:
         killed: list[int] = []

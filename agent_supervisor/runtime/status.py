@@ -117,6 +117,8 @@ class StatusView:
             fleet=policy.fleet, version=__version__, mode=policy.modes[ladder.rung].name,
             rung=ladder.rung, ladder=self._rungs(policy, ladder, now),
             engine_state=str(st.state), engine_run_id=st.run_id, engine_pid=st.pid,
+            engine_runtime=policy.engine.runtime,
+            engine_container=self.launcher.run.container_name if self.launcher.run else None,
             engine_seconds_in_state=round(now - st.since_s, 1),
             last_decision=None if d is None else DecisionOut(
                 action=str(d.action), rung=d.rung, mode=policy.modes[d.rung].name,

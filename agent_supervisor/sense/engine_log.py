@@ -265,6 +265,19 @@ SIGNATURES += (
     ),
 )
 
+#: Written into the run's log by the supervisor itself (``act/engine_runtime.py``) when the
+#: container engine refuses a start, with the engine's own message; any engine kind.
+SIGNATURES += (
+    _sig(
+        "container_refused",
+        r"^agent-supervisor: container engine refused the start \((?:image_missing|"
+        r"permission|runtime_refused|conflict)\)",
+        "the supervisor's line for a ContainerError (act/container.py) from the Docker "
+        "Engine API: docker.errors.ImageNotFound, APIError 4xx/5xx of create/start (e.g. "
+        "podman's 'runc: ... operation not permitted'), PermissionError on the socket",
+    ),
+)
+
 _FLAG_GROUPS = ("flag", "flag2")
 
 

@@ -83,12 +83,13 @@ _PROFILES = {
         process_titles=dict(PROCESS_TITLES),
         log_tags=("cuda_illegal_memory_access", "device_side_assert", "engine_dead",
                   "worker_died", "rpc_timeout", "structured_output_fsm", "out_of_memory",
-                  "insufficient_memory_at_startup", "bad_argument", "model_not_found")),
+                  "insufficient_memory_at_startup", "bad_argument", "model_not_found",
+                  "container_refused")),
     "llama_cpp": EngineProfile(
         "llama_cpp", flag_rules("llama_cpp"), LLAMA_CPP_METRICS,
         "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", loop_probe_path="/slots",
         log_tags=("ggml_assert", "out_of_memory",
-                  "bad_argument", "model_not_found")),
+                  "bad_argument", "model_not_found", "container_refused")),
 }
 
 

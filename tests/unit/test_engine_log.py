@@ -31,6 +31,7 @@ REQUIRED_TAGS = {
     "nccl_init_failed",
     "structured_output_fsm",
     "ggml_assert",
+    "container_refused",
 }
 
 

@@ -26,6 +26,8 @@ _SUMMARY = {
     CrashReason.SPAWN_FAILED: "engine could not be launched",
     CrashReason.SPAWN_RESOURCES: "engine could not be launched: the supervisor or the box "
                                  "ran out of file descriptors, memory or processes",
+    CrashReason.RUNTIME_UNAVAILABLE: "engine could not be launched: the container engine's "
+                                     "API did not answer",
     CrashReason.ENGINE_CORE_DIED: "EngineCore died while the API server lived on",
     CrashReason.ENGINE_HUNG: "engine hung",
 }

@@ -78,6 +78,10 @@ def _classify(tags: list[str]) -> tuple[str, Severity, Response, dict[str, Any],
             "the engine refused its configuration"
         return ("engine_bad_argument", Severity.CRITICAL, Response.NO_RETRY,
                 {"flag": flag}, what + ": no retry")
+    if "container_refused" in tags:
+        return ("engine_container_refused", Severity.CRITICAL, Response.NO_RETRY,
+                {"flag": None}, "the container engine refused to run the engine (image "
+                "missing, permission, runtime error): no retry")
     if "model_not_found" in tags:
         return ("engine_model_not_found", Severity.CRITICAL, Response.NO_RETRY, {"flag": None},
                 "the engine cannot find its model: no retry")

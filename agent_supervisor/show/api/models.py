@@ -36,6 +36,10 @@ class StatusOut(BaseModel):
     engine_state: str
     engine_run_id: str | None
     engine_pid: int | None
+    engine_runtime: str = "process"
+    """``process`` or ``container`` (``engine.runtime``)."""
+    engine_container: str | None = None
+    """The engine's container name (``engine.runtime: container``), None for a process."""
     engine_seconds_in_state: float | None
     last_decision: DecisionOut | None
     paused: bool

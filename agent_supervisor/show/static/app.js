@@ -100,9 +100,11 @@ function renderStatus(st) {
       ...(lines.length ? [el("pre", {}, lines.join("\n"))] : []));
   }
   const engine = $("#engine");
-  engine.textContent = `engine ${st.engine_state} for ${duration(st.engine_seconds_in_state)}`;
+  engine.textContent = `engine ${st.engine_state} for ${duration(st.engine_seconds_in_state)}`
+    + (st.engine_container ? ` in container ${st.engine_container}` : "");
   engine.className = `badge state-${st.engine_state}`;
-  engine.title = `run ${st.engine_run_id ?? "none"}, pid ${st.engine_pid ?? "none"}`;
+  engine.title = `run ${st.engine_run_id ?? "none"}, pid ${st.engine_pid ?? "none"}`
+    + (st.engine_container ? `, container ${st.engine_container}` : "");
   const gw = st.gateway;
   $("#meta").textContent = [
     `v${st.version}`, `up ${duration(st.uptime_seconds)}`,

@@ -1,0 +1,209 @@
+"""Issue 27: the chaos rows with the real CPU vLLM inside a real podman container.
+
+One supervisor life (``engine.runtime: container``) under an agent fleet through the
+gateway: the EngineCore SIGKILLed inside the container, a SIGSTOP hang, the memory-floor
+kill (the container's cgroup empty and the container gone within 1 s of the decision),
+the supervisor SIGKILLed and started again (the container adopted; a labelled container of
+an earlier life that no run accounts for is removed, on record). Then a start the
+container engine refuses (an image it does not have): one attempt, held, named. Targets
+as for the process runtime (``test_chaos.py``): 0 failed requests in every row.
+
+The engine image is a root filesystem whose programs are the host's, bind-mounted
+read-only (``agent_supervisor.demo.podman``); podman keeps its state in ``.podman/``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_supervisor.act.container import ContainerEngine, cgroup_members
+from agent_supervisor.chaos import scenarios
+from agent_supervisor.chaos.harness import ROOT, Result, Rig
+from agent_supervisor.policy_container import ContainerSpec
+
+pytestmark = pytest.mark.engine
+
+RESULTS: list[Result] = []
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from agent_supervisor.demo import podman as pm
+
+    if (missing := pm.podman_missing()) is not None:
+        pytest.skip(missing)
+    os.chdir(ROOT)                      # the project's .podman/ storage, relative paths
+    service = pm.start_service(tmp_path_factory.mktemp("podman") / "api.sock")
+    pm.build_engine_image()
+    pm.build_busybox_image()
+    yield service
+    service.stop()
+
+
+def container_overrides(podman: Any) -> dict[str, Any]:
+    from agent_supervisor.demo.podman import ENGINE_IMAGE, engine_mounts
+
+    mounts = [m.model_dump() for m in engine_mounts(engine_venv=ROOT / ".engine-venv",
+                                                    models=ROOT / ".demo-models")]
+    return {"runtime": "container", "executable": str(ROOT / ".engine-venv/bin/python"),
+            "container": {"image": ENGINE_IMAGE, "api_socket": podman.url,
+                          "ipc_mode": "host", "mounts": mounts}}
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory, podman: Any) -> Iterator[Rig]:
+    os.environ.setdefault("SUPERVISOR_ADMIN_TOKEN", secrets.token_hex(8))
+    r = Rig(tmp_path_factory.mktemp("chaos-container"), engine=container_overrides(podman))
+    r.start()
+    r.ready_run()
+    r.start_fleet(sessions=6)
+    yield r
+    r.close()
+    engine = containers(r)
+    for info in engine.find():
+        engine.remove(info.id)
+
+
+def containers(rig: Rig) -> ContainerEngine:
+    spec = ContainerSpec(**rig.data["engine"]["container"])
+    return ContainerEngine(spec, fleet=rig.data["fleet"], host=os.uname().nodename,
+                           working_directory=ROOT)
+
+
+def record(res: Result) -> Result:
+    RESULTS.append(res)
+    print(f"\n[container] {res.scenario}: detected {res.detected_seconds}, serving again "
+          f"{res.serving_again_seconds}, failed {res.requests_failed}/{res.requests_total}, "
+          f"{res.extra}")
+    return res
+
+
+def test_the_engine_runs_in_a_container_and_the_host_sees_its_processes(rig: Rig) -> None:
+    run = rig.ready_run()
+    status = rig.api("/api/status")
+    assert status["engine_runtime"] == "container"
+    assert status["engine_container"], status
+    info = next(c for c in containers(rig).find() if c.status == "running")
+    assert info.labels["io.agent-supervisor.run-id"] == run.run_id
+    assert info.pid == run.pid                  # the API server is the container's init
+    core = Rig.child(run.pid, "VLLM::EngineCore")  # its children are visible on the host
+    handle = containers(rig).handle(info.id)
+    assert handle is not None and core in cgroup_members(handle)
+
+
+def test_engine_core_killed_inside_the_container_restarts_within_a_second(rig: Rig) -> None:
+    res = record(scenarios.SEQUENCE[0](rig))
+    assert res.extra["old_group_gone"], "a process of the dead engine survived"
+    assert res.extra["restart_begun_seconds"] <= 1.0
+    assert res.incident in ("engine_core_died", "exited")
+    assert res.requests_failed == 0, res
+
+
+def test_hang_inside_the_container_is_found_after_the_stall_window(rig: Rig) -> None:
+    res = record(scenarios.hang(rig))
+    assert res.incident == "engine_hung"
+    assert res.detected_seconds <= res.extra["target_seconds"] + 1.0
+    assert res.requests_failed == 0, res
+
+
+def test_memory_floor_empties_the_containers_cgroup_within_a_second(rig: Rig) -> None:
+    engine = containers(rig)
+    info = next(c for c in engine.find() if c.status == "running")
+    handle = engine.handle(info.id)
+    assert handle is not None and cgroup_members(handle)
+    emptied: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:            # when the killed container's cgroup became empty
+        while not done.is_set() and "at" not in emptied:
+            if not cgroup_members(handle):
+                emptied["at"] = time.time()
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        res = record(scenarios.memory_floor(rig))
+    finally:
+        done.set()
+        watcher.join(5)
+    inc = next(i for i in reversed(rig.incidents()) if i.kind == "memory_floor")
+    res.extra["cgroup_empty_after_decision_seconds"] = round(
+        emptied["at"] - inc.started_at.timestamp(), 3)
+    print(f"[container] memory floor: cgroup empty {res.extra['cgroup_empty_after_decision_seconds']}"
+          f" s after the decision; process group gone "
+          f"{res.extra['group_gone_after_decision_seconds']:.3f} s after")
+    assert (res.incident, res.action) == ("memory_floor", "kill_now")
+    assert res.extra["cgroup_empty_after_decision_seconds"] <= 1.0
+    assert res.extra["group_gone_after_decision_seconds"] <= 1.0
+    assert engine.inspect(info.id) is None        # the container itself was removed
+    assert res.ok and res.requests_failed == 0, res
+
+
+def test_supervisor_killed_adopts_its_container_and_removes_an_orphan(rig: Rig) -> None:
+    from agent_supervisor.demo.podman import BUSYBOX_IMAGE
+
+    # A labelled container of this fleet and host that no run accounts for: an earlier
+    # life's engine whose record was lost.
+    spec = ContainerSpec(image=BUSYBOX_IMAGE, api_socket=rig.data["engine"]["container"][
+        "api_socket"], ipc_mode=None)
+    stray = ContainerEngine(spec, fleet=rig.data["fleet"], host=os.uname().nodename,
+                            working_directory=ROOT)
+    orphan = stray.run(run_id="19700101T000000-dead", mode="plain8",
+                       argv=["/bin/sleep", "600"], env={},
+                       log_path=rig.state / "orphan.log")
+    res = record(scenarios.supervisor_killed(rig))
+    assert res.extra["same_engine"] and res.incident == "engine_adopted"
+    assert res.extra["same_gateway"] and res.requests_failed == 0, res
+    assert stray.inspect(orphan.id) is None
+    found = [i for i in rig.incidents() if i.kind == "orphaned_engine"
+             and i.run_id == "19700101T000000-dead"]
+    assert found and "removed" in found[0].explanation
+
+
+def test_a_start_the_container_engine_refuses_is_tried_once_and_held(
+        rig: Rig, tmp_path: Path) -> None:
+    rig.close()                              # one engine at a time on this box
+    over = container_overrides_of(rig)
+    over["container"] = {**over["container"], "image": "localhost/no-such-image:1"}
+    bad = Rig(tmp_path / "refused", engine=over)
+    try:
+        bad.start()
+        inc = bad.wait("refusal", lambda: next(
+            (i for i in bad.incidents() if i.kind == "engine_container_refused"), None),
+            timeout=120)
+        time.sleep(5)                        # no second attempt comes
+        runs = bad.runs()
+        assert len(runs) == 1, [r.run_id for r in runs]
+        assert "no-such-image" in (inc.log_tail or "") + str(inc.findings)
+        status = bad.api("/api/status")
+        assert status["engine_state"] != "ready"
+        assert bad.proc is not None and bad.proc.poll() is None   # no crash loop
+    finally:
+        bad.close()
+        shutil.rmtree(tmp_path / "refused", ignore_errors=True)
+
+
+def container_overrides_of(rig: Rig) -> dict[str, Any]:
+    eng = rig.data["engine"]
+    return {"runtime": "container", "executable": eng["executable"],
+            "container": dict(eng["container"])}
+
+
+def test_print_the_container_chaos_table() -> None:
+    print("\n| scenario (container runtime) | detected (s) | serving again (s) | failed |")
+    for r in RESULTS:
+        print(f"| {r.scenario} | {r.detected_seconds} | {r.serving_again_seconds} | "
+              f"{r.requests_failed}/{r.requests_total} |")
+    assert all(r.requests_failed == 0 for r in RESULTS)
+
+
