@@ -84,3 +84,6 @@ class EngineStatus:
     """MemAvailable read just before the launch."""
     processes_rss_before_bytes: int | None = None
     """Summed RSS of every process on the box just before the launch."""
+    cgroup_memory_bytes: int | None = None
+    """The memory the engine's container's cgroup charges (``engine.runtime: container``);
+    None for a process engine or when it cannot be read."""

@@ -27,8 +27,8 @@ import re
 import signal
 from pathlib import Path
 
-__all__ = ["CONTROLLERS", "cgroup_dirs", "cgroup_mounts", "cgroup_procs_of", "live_pids",
-           "read_procs", "sigkill_pids"]
+__all__ = ["CONTROLLERS", "MEMORY_FILES", "cgroup_dirs", "cgroup_mounts", "cgroup_procs_of",
+           "live_pids", "memory_bytes", "read_procs", "sigkill_pids"]
 
 #: The v1 controllers whose directories are watched: memory (what the floor is about),
 #: pids and cpu (both always mounted where a container runtime runs).
@@ -144,3 +144,19 @@ def sigkill_pids(pids: list[int], first: int | None = None) -> list[int]:
             continue
         sent.append(pid)
     return sent
+
+
+#: The memory a cgroup charges, by cgroup version: v2 ``memory.current``, v1
+#: ``memory.usage_in_bytes`` (the kernel's Documentation/admin-guide/cgroup-v2.rst and
+#: cgroup-v1/memory.rst). Page cache included, as the OOM killer counts it.
+MEMORY_FILES = ("memory.current", "memory.usage_in_bytes")
+
+
+def memory_bytes(procs: tuple[Path, ...]) -> int | None:
+    """The memory charged to the cgroup whose ``cgroup.procs`` files are ``procs`` (the
+    first directory with a memory file), or None when none can be read."""
+    for f in procs:
+        for name in MEMORY_FILES:
+            with contextlib.suppress(OSError, ValueError):
+                return int((f.parent / name).read_text())
+    return None

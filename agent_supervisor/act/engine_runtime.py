@@ -29,6 +29,7 @@ from typing import Protocol
 
 import psutil
 
+from agent_supervisor.act.cgroups import memory_bytes
 from agent_supervisor.act.container import (
     ContainerEngine,
     ContainerError,
@@ -110,6 +111,9 @@ class EngineRuntime(Protocol):
     def leftovers(self, run: EngineRun) -> Leftovers:
         """Who of the run is still alive, with their states (state D kept)."""
 
+    def memory_bytes(self, run: EngineRun) -> int | None:
+        """The memory the run's container's cgroup charges; None for a process."""
+
     async def adopt(self, run: EngineRun, argv: list[str]) -> bool:
         """Whether ``run`` (an earlier life's, ``run.pid`` as recorded) still runs this
         ``argv``; fills in the runtime's handles when it does."""
@@ -169,6 +173,9 @@ class ProcessRuntime:
 
     def leftovers(self, run: EngineRun) -> Leftovers:
         return Leftovers() if run.pgid is None else read_leftovers(run.pgid)
+
+    def memory_bytes(self, run: EngineRun) -> int | None:
+        return None
 
     async def adopt(self, run: EngineRun, argv: list[str]) -> bool:
         pid = run.pid
@@ -279,6 +286,10 @@ class ContainerRuntime:
 
     def leftovers(self, run: EngineRun) -> Leftovers:
         return read_leftovers(pids=self.members(run))
+
+    def memory_bytes(self, run: EngineRun) -> int | None:
+        handle = self._handles.get(run.run_id)
+        return None if handle is None else memory_bytes(handle.cgroup_procs)
 
     async def adopt(self, run: EngineRun, argv: list[str]) -> bool:
         found = [c for c in await asyncio.to_thread(self.engine.find)

@@ -118,7 +118,7 @@ class EngineLauncher:
             was_ready=run.ready_s is not None, sigterm_ignored=run.sigterm_ignored,
             mem_available_before_bytes=run.mem_available_before_bytes,
             processes_rss_before_bytes=run.processes_rss_before_bytes,
-        )
+            cgroup_memory_bytes=self._rt.memory_bytes(run))
 
     @property
     def runtime(self) -> EngineRuntime:

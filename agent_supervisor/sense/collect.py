@@ -65,6 +65,7 @@ def _launcher_fields(status: EngineStatus, leftovers: Any) -> dict[str, Any]:
         "engine_was_ready": status.was_ready, "engine_sigterm_ignored": status.sigterm_ignored,
         "mem_available_before_launch_bytes": status.mem_available_before_bytes,
         "processes_rss_before_launch_bytes": status.processes_rss_before_bytes,
+        "engine_cgroup_memory_bytes": status.cgroup_memory_bytes,
     }
     if leftovers is not None:
         fields.update(engine_leftover_pids=tuple(leftovers.pids),

@@ -56,6 +56,8 @@ SAMPLE_GAUGES: dict[str, tuple[str, str]] = {
     "requests_waiting": ("supervisor_engine_requests_waiting", "Requests the engine queues."),
     "engine_rss_bytes": ("supervisor_engine_rss_bytes", "RSS of the engine's process tree."),
     "engine_pss_bytes": ("supervisor_engine_pss_bytes", "PSS of the engine's process tree."),
+    "engine_cgroup_memory_bytes": ("supervisor_engine_cgroup_memory_bytes",
+                                   "Memory charged to the engine container's cgroup."),
     "health_latency_seconds": ("supervisor_engine_health_latency_seconds",
                                "Latency of the last /health probe."),
     "tick_lateness_seconds": ("supervisor_tick_lateness_seconds",

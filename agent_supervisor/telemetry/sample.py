@@ -51,6 +51,9 @@ class Sample:
     engine runs without one (in-process engine) or the tree could not be read."""
     engine_processes: int | None = None
     engine_rss_bytes: int | None = None
+    engine_cgroup_memory_bytes: int | None = None
+    """What the engine's container's cgroup charges (``engine.runtime: container``), beside
+    MemAvailable; None for a process engine."""
 
     # Probes.
     health_status: int | None = None

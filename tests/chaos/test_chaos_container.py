@@ -99,6 +99,9 @@ def test_the_engine_runs_in_a_container_and_the_host_sees_its_processes(rig: Rig
     core = Rig.child(run.pid, "VLLM::EngineCore")  # its children are visible on the host
     handle = containers(rig).handle(info.id)
     assert handle is not None and core in cgroup_members(handle)
+    charged = [line for line in rig.metrics().splitlines()
+               if line.startswith("supervisor_engine_cgroup_memory_bytes")]
+    assert charged and float(charged[0].split()[-1]) > 1e9, charged  # about 2.9 GiB here
 
 
 def test_engine_core_killed_inside_the_container_restarts_within_a_second(rig: Rig) -> None:
