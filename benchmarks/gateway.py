@@ -139,7 +139,7 @@ def start_gateway(tmp: Path, procs: list[subprocess.Popen], engine: int, root: P
               "storage": {"state_directory": str(tmp)}}
     (tmp / "gw.yaml").write_text(yaml.safe_dump(policy))
     procs.append(subprocess.Popen([*scheduling, "taskset", "-c", "1", sys.executable, "-m",
-                                   "supervisor", "gateway", "--policy", str(tmp / "gw.yaml")],
+                                   "agent_supervisor", "gateway", "--policy", str(tmp / "gw.yaml")],
                                   cwd=root, start_new_session=True))
     return port
 

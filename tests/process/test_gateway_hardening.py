@@ -228,7 +228,7 @@ def test_issue_17_slow_header_flood_under_ulimit_1024_leaves_admin_and_ticks(
         "gateway": {"port": gw_port, "header_timeout_seconds": 4},
         "admin": {"port": admin_port}}))
     proc = subprocess.Popen(["bash", "-c", f"ulimit -n 1024 && exec {sys.executable} -m "
-                             f"supervisor run --policy {policy}"], cwd=ROOT,
+                             f"agent_supervisor run --policy {policy}"], cwd=ROOT,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     socks: list[socket.socket] = []
     try:

@@ -235,8 +235,8 @@ async def test_issue_16_worker_agent_stopped_is_a_finding_within_the_bound(pair)
         assert evidence["mem_available_bytes"] and evidence["rank_state"] == "running"
         assert [i.kind for i in new if i.started_at < froze[0].started_at] == []
         # The restart is held while the agent does not answer; SIGCONT lets it go on.
-        await wait_for(lambda: any(i.kind == "preflight_failed" for i in _incidents(sup)),
-                       timeout=15, what="start held")
+        await wait_for(lambda: any(i.kind == "preflight_failed" and i.id not in before
+                                   for i in _incidents(sup)), timeout=15, what="start held")
         assert sup.launcher.state is EngineState.STOPPED
         agent.send_signal(signal.SIGCONT)
         await _serving(sup, port, timeout=60)

@@ -40,9 +40,11 @@ def run_logging(tmp_path: Path, stream: str | None) -> list[str]:
 
 def test_issue_19_priorities_when_stderr_is_the_journal(tmp_path: Path) -> None:
     lines = run_logging(tmp_path, "this")
-    assert lines[:4] == ["<7>DEBUG supervisor: d", "<6>INFO supervisor: engine ready",
-                         "<4>WARNING supervisor: memory low", "<3>ERROR supervisor: gone"]
-    assert lines[4] == "<2>CRITICAL supervisor: boom"
+    assert lines[:4] == ["<7>DEBUG agent_supervisor: d",
+                         "<6>INFO agent_supervisor: engine ready",
+                         "<4>WARNING agent_supervisor: memory low",
+                         "<3>ERROR agent_supervisor: gone"]
+    assert lines[4] == "<2>CRITICAL agent_supervisor: boom"
     assert all(line.startswith("<2>") for line in lines[5:]) and len(lines) > 6
     assert lines[-1] == "<2>ZeroDivisionError: division by zero"
 
@@ -51,4 +53,4 @@ def test_issue_19_no_priorities_elsewhere(tmp_path: Path) -> None:
     for stream in (None, "1:2"):          # not under systemd; a stream that is not stderr
         lines = run_logging(tmp_path, stream)
         assert not any(line.startswith("<") for line in lines), lines
-        assert lines[1].endswith("INFO supervisor: engine ready")
+        assert lines[1].endswith("INFO agent_supervisor: engine ready")
