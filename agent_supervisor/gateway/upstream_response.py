@@ -14,17 +14,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agent_supervisor.gateway.upstream import _Connection
 
-__all__ = ["MAX_BODY_BYTES", "UpstreamError", "UpstreamResponse"]
+__all__ = ["UpstreamError", "UpstreamResponse"]
 
 logger = logging.getLogger(__name__)
 
 #: Body bytes buffered for a reader that does not keep up before the engine's socket is
 #: paused (resumed under half of it): memory stays bounded for a slow client.
 _HIGH_WATER = 1 << 20
-#: A whole (not streamed) answer of the engine at most (bytes; ``read``): a long
-#: completion with logprobs is a few MiB; past this it is refused, not held (issue 34: a
-#: 200 MiB body grew the gateway by 408 MiB). A stream is passed on as it comes.
-MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class UpstreamError(Exception):
@@ -159,17 +155,11 @@ class UpstreamResponse:
         while await self._more():
             yield self._take()
 
-    async def read(self, limit: int = MAX_BODY_BYTES) -> bytes:
-        """The whole body. Raises UpstreamError or TimeoutError if it breaks, and
-        UpstreamError past ``limit`` bytes (the connection is closed)."""
-        parts, size = [], 0
+    async def read(self) -> bytes:
+        """The whole body. Raises UpstreamError or TimeoutError if it breaks."""
+        parts = []
         while await self._more():
-            part = self._take()
-            size += len(part)
-            if size > limit:
-                self.close()
-                raise UpstreamError(f"the engine's answer is larger than {limit} bytes")
-            parts.append(part)
+            parts.append(self._take())
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def release(self) -> None:
