@@ -45,12 +45,12 @@ from agent_supervisor.act.processes import (
     group_members,
     kill_group,
     looks_like,
-    port_owner,
+    prepare_launch,
     read_leftovers,
     spawn_engine,
     stop_leftover_group,
 )
-from agent_supervisor.errors import EngineStartError, EngineStopTimeout
+from agent_supervisor.errors import EngineStopTimeout
 from agent_supervisor.policy import Policy
 
 __all__ = ["ContainerRuntime", "EngineRuntime", "ProcessRuntime", "runtime_for",
@@ -210,19 +210,8 @@ class ContainerRuntime:
                                       working_directory=policy.working_directory)
         self._handles: dict[str, ContainerHandle] = {}
 
-    def handle_of(self, run: EngineRun) -> ContainerHandle | None:
-        """The container handle of ``run`` (None before its start or after a failed one)."""
-        return self._handles.get(run.run_id)
-
     async def spawn(self, run: EngineRun, policy: Policy) -> None:
-        eng = policy.engine
-        owner = port_owner(eng.host, eng.port)
-        if owner is not None:
-            raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
-        try:
-            run.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
+        prepare_launch(run, policy)
         await self.orphans(None, running=False)     # exited ones of ours: removed
         try:
             handle = await asyncio.to_thread(

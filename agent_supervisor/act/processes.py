@@ -40,6 +40,7 @@ __all__ = [
     "looks_like",
     "out_of_resources",
     "port_owner",
+    "prepare_launch",
     "read_leftovers",
     "remove_stale_shm",
     "shm_snapshot",
@@ -283,18 +284,27 @@ async def stop_leftover_group(pid: int, argv: list[str], timeout_s: float,
     return members
 
 
-async def spawn_engine(run: EngineRun, policy: Policy) -> asyncio.subprocess.Process:
-    """Start ``run``'s argv in a session of its own (pgid = its pid), its output appended
-    to ``run.log_path``, TMPDIR its private ``run.tmp_dir``, with the scheduling an
-    engine must start with (``ENGINE_SCHEDULING``); TMPDIR made by mkdtemp and the
-    environment from an allow-list (``act/engine_env.py``). Raises EngineStartError when the
-    engine's port is taken, its files cannot be made or its executable cannot run."""
+def prepare_launch(run: EngineRun, policy: Policy) -> None:
+    """What every runtime checks and makes before a launch: the engine's port free (else
+    EngineStartError naming its owner) and the run's log directory (0700)."""
     eng = policy.engine
     owner = port_owner(eng.host, eng.port)
     if owner is not None:
         raise EngineStartError(f"port {eng.host}:{eng.port} is already in use{owner}")
     try:
         run.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
+
+
+async def spawn_engine(run: EngineRun, policy: Policy) -> asyncio.subprocess.Process:
+    """Start ``run``'s argv in a session of its own (pgid = its pid), its output appended
+    to ``run.log_path``, TMPDIR its private ``run.tmp_dir``, with the scheduling an
+    engine must start with (``ENGINE_SCHEDULING``); TMPDIR made by mkdtemp and the
+    environment from an allow-list (``act/engine_env.py``). Raises EngineStartError when the
+    engine's port is taken, its files cannot be made or its executable cannot run."""
+    prepare_launch(run, policy)
+    try:
         run.tmp_dir = make_run_tmp_dir(policy, run.run_id)
     except OSError as exc:
         raise EngineStartError(f"cannot prepare the run's files: {exc}") from exc
