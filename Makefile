@@ -21,7 +21,7 @@ DEMO_POLICY_llama_cpp := policies/cpu-demo-llamacpp.yaml
 # The browser tests (tests/browser/) drive Debian's Chromium; CI runs `make test` as root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-long lint setup setup-steps clean chromium promtool podman lock
+.PHONY: demo test test-long fuzz lint setup setup-steps clean chromium promtool podman lock
 
 # llama-server's build (CPU-bound: about 6 min on 2 cores) needs only .venv, so `setup`
 # runs it beside the engine environment (downloads and unpacking) with -j2; --output-sync
@@ -139,6 +139,14 @@ test: setup chromium promtool podman
 
 test-long: setup
 	$(VENV)/bin/pytest -m long
+
+# Issue 34's fuzzers at the review's count (CI runs 2,000 inputs a surface): malformed
+# engine streams, whole answers and HTTP responses, FUZZ_COUNT inputs each (about 3.5 min
+# for 30,000 on 2 cores).
+FUZZ_COUNT ?= 30000
+fuzz: $(VENV)/.installed
+	SUPERVISOR_FUZZ_COUNT=$(FUZZ_COUNT) $(VENV)/bin/pytest -s \
+		tests/unit/test_issue_34_fuzz_streams.py tests/process/test_issue_34_fuzz_upstream.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

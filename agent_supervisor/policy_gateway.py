@@ -69,6 +69,15 @@ class GatewaySpec(_Model):
     max_body_bytes: Annotated[int, Field(ge=1)] = 32 * 1024 * 1024
     """A request body at most (bytes; 413 in the caller's API shape). 32 MiB holds a
     long-context prompt with images; nginx's ``client_max_body_size`` default is 1 MiB."""
+    body_timeout_seconds: Seconds = 60.0
+    """A request's body must arrive within this long of the end of its headers, however
+    it trickles (408, closed; nginx's ``client_body_timeout`` is 60 s between reads)."""
+    idle_timeout_seconds: Seconds = 5.0
+    """A kept-alive connection with no new request for this long is closed, whatever
+    blank lines come meanwhile (nginx's ``keepalive_timeout``: 75; vLLM's own: 5)."""
+    write_timeout_seconds: Seconds = 30.0
+    """A client that takes none of what waits to be sent to it for this long is cut off,
+    which ends its request and frees its slot (nginx's ``send_timeout``: 60)."""
     max_held_requests: Annotated[int, Field(ge=0)] = 1024
     """Requests queued while the engine is switched at most (then 429)."""
     max_queued_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024

@@ -11,6 +11,7 @@ from typing import Any
 import uvicorn
 
 from agent_supervisor.errors import ListenError
+from agent_supervisor.serve_limits import ListenerLimits, bounded_protocol
 
 __all__ = ["AppServer"]
 
@@ -21,14 +22,22 @@ class AppServer:
     """Serve ``app`` on ``host:port`` as a task of the running loop.
 
     uvicorn's own signal capture is disabled: the service owns SIGTERM and SIGINT (it
-    must drain and stop the engine before anything else goes away).
+    must drain and stop the engine before anything else goes away). Every connection is
+    bounded by ``limits`` (agent_supervisor/serve_limits.py; issue 34: the admin API and
+    the node agent were plain uvicorn, and a 200 MiB header grew them by hundreds of MiB).
     """
 
-    def __init__(self, app: Any, host: str, port: int, *, name: str, **options: Any) -> None:
-        """``options``: more ``uvicorn.Config`` arguments (the gateway's bounded protocol)."""
+    def __init__(self, app: Any, host: str, port: int, *, name: str,
+                 limits: ListenerLimits | None = None, **options: Any) -> None:
+        """``limits``: the connection bounds (default: ``ListenerLimits()``, the admin
+        API's and the node agent's); ``options``: more ``uvicorn.Config`` arguments (the
+        gateway's protocol class as ``http``, made with its own limits)."""
         self.name = name
+        limits = limits or ListenerLimits()
+        options.setdefault("http", bounded_protocol(limits))
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 access_log=False, lifespan="off",
+                                timeout_keep_alive=int(limits.idle_timeout_seconds) + 1,
                                 **{"timeout_graceful_shutdown": 5, **options})
         self.server = uvicorn.Server(config)
         self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]

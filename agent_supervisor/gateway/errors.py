@@ -7,7 +7,10 @@ so an agent's log says who refused. Anthropic (``/v1/messages``): ``{"type": "er
 "Errors": invalid_request_error 400, authentication_error 401, not_found_error 404,
 request_too_large 413, rate_limit_error 429, api_error 500, overloaded_error 529), again
 with ``"src": "supervisor"``. Inside an SSE stream the same objects travel as a
-``data:`` event (OpenAI, then ``data: [DONE]``) or an ``event: error`` (Anthropic).
+``data:`` event (OpenAI, then ``data: [DONE]``) or an ``event: error`` (Anthropic); the
+Responses API's stream has its own error event (OpenAI API reference, "Streaming events":
+``event: error`` with ``{"type": "error", "code", "message", "param",
+"sequence_number"}``).
 """
 
 from __future__ import annotations
@@ -51,8 +54,15 @@ def openai_error(status: int, message: str, *, type_: str, code: str,
                      headers=headers)
 
 
-def sse_error(api: Api, message: str, *, code: str, done: bool = True) -> bytes:
-    """The error as the last event(s) of an SSE stream."""
+def sse_error(api: Api, message: str, *, code: str, done: bool = True,
+              sequence_number: int | None = None) -> bytes:
+    """The error as the last event(s) of an SSE stream (``sequence_number``: the
+    Responses API's next one, when known)."""
+    if api is Api.RESPONSES:
+        event: dict = {"type": "error", "code": code, "message": message, "param": None}
+        if sequence_number is not None:
+            event["sequence_number"] = sequence_number
+        return f"event: error\ndata: {json.dumps({**event, 'src': 'supervisor'})}\n\n".encode()
     body = error_body(api, 500, message, type_="server_error", code=code)
     if api is Api.ANTHROPIC:
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()

@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-__all__ = ["ADMITTED", "ANTHROPIC", "DENIED", "JSON_BODIES", "PASS_THROUGH", "Api", "Route",
-           "Routes", "not_normal"]
+__all__ = ["ADMITTED", "ANTHROPIC", "DENIED", "JSON_BODIES", "PASS_THROUGH", "RESPONSES", "Api",
+           "Route", "Routes", "not_normal"]
 
 
 class Api(StrEnum):
-    """The API a path belongs to: errors go back in its shape."""
+    """The API a path belongs to: errors go back in its shape (the Responses API's
+    errors are OpenAI's, but inside a stream its error event is its own)."""
 
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    RESPONSES = "responses"
 
 
 #: Generation paths: admitted (a slot, the mode's limits), held during a switch, drained.
@@ -43,6 +45,8 @@ PASS_THROUGH = frozenset({
 JSON_BODIES = ADMITTED - {"/v1/audio/transcriptions", "/v1/audio/translations"}
 #: Paths answered in Anthropic's shape.
 ANTHROPIC = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+#: The Responses API's path (its stream's error event has its own shape).
+RESPONSES = "/v1/responses"
 #: Engine admin routes (and their prefixes): never forwarded, whatever the policy says.
 DENIED = (
     "/sleep", "/wake_up", "/is_sleeping", "/reset_prefix_cache", "/reset_mm_cache",
@@ -99,7 +103,7 @@ class Routes:
                 table[path.encode()] = (Route.PASS, Api.OPENAI)
         for path in ADMITTED:
             table[path.encode()] = (Route.ADMIT, Api.ANTHROPIC if path in ANTHROPIC
-                                    else Api.OPENAI)
+                                    else Api.RESPONSES if path == RESPONSES else Api.OPENAI)
         self._table = table
 
     def route(self, raw_path: bytes) -> tuple[Route, Api] | None:

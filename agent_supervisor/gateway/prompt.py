@@ -6,12 +6,16 @@ fields that reach the model: ``messages`` (chat), ``prompt`` (completions), ``in
 (Responses API, embeddings), ``system`` (Anthropic), ``instructions`` (Responses API),
 ``tools`` and ``tool_choice`` (their JSON schemas are rendered into the prompt by the
 chat template), and the pooling/scoring inputs (``query``, ``documents``, ``text_1``,
-``text_2``, ``queries``, ``items``, ``data``). Only when a mode sets ``max_prompt_tokens``
-and the estimate comes within a factor of 2 of it does the gateway ask the engine's
-``/tokenize`` (vllm/entrypoints/serve/tokenize/protocol.py: ``{"model", "messages",
-"tools"}`` or ``{"model", "prompt"}`` in, ``{"count", "max_model_len", "tokens"}`` out)
-for the exact count, so the 400 it returns names a real number. Otherwise the engine
-decides (vLLM itself rejects a prompt longer than ``--max-model-len``).
+``text_2``, ``queries``, ``items``, ``data``), and every integer under them as one token:
+a prompt sent as token ids (``"prompt": [1, 2, 3]`` on /v1/completions, a list of such
+lists for a batch, ``input`` ids for embeddings) is that many tokens (issue 34: such a
+prompt counted 0 and passed ``max_prompt_tokens``; ``exact_tokens`` counts the ids
+themselves). Only when a mode sets ``max_prompt_tokens`` and the estimate comes within
+a factor of 2 of it does the gateway ask the engine's ``/tokenize``
+(vllm/entrypoints/serve/tokenize/protocol.py: ``{"model", "messages", "tools"}`` or
+``{"model", "prompt"}`` in, ``{"count", "max_model_len", "tokens"}`` out) for the exact
+count, so the 400 it returns names a real number. Otherwise the engine decides (vLLM
+itself rejects a prompt longer than ``--max-model-len``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 
 import httpx
 
-__all__ = ["BYTES_PER_TOKEN", "PROMPT_FIELDS", "estimate_tokens", "exact_tokens", "tokenize_ids"]
+__all__ = ["BYTES_PER_TOKEN", "PROMPT_FIELDS", "estimate_tokens", "exact_tokens", "token_ids",
+           "tokenize_ids"]
 
 BYTES_PER_TOKEN = 4
 #: Request fields whose text reaches the model.
@@ -31,11 +36,14 @@ PROMPT_FIELDS = ("messages", "prompt", "input", "system", "instructions", "tools
 
 
 def _text_bytes(value: Any) -> int:
-    """UTF-8 bytes of every string and key under ``value`` (iterative: any depth)."""
+    """UTF-8 bytes of every string and key under ``value``, and ``BYTES_PER_TOKEN`` for
+    every integer (a token id; iterative: any depth)."""
     total, stack = 0, [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, str):
+        if isinstance(item, int) and not isinstance(item, bool):
+            total += BYTES_PER_TOKEN
+        elif isinstance(item, str):
             total += len(item) if item.isascii() else len(item.encode("utf-8", "replace"))
         elif isinstance(item, dict):
             for key, sub in item.items():
@@ -57,10 +65,24 @@ def estimate_tokens(body: dict[str, Any]) -> int:
     return total // BYTES_PER_TOKEN + 1
 
 
+def token_ids(prompt: Any) -> int | None:
+    """How many token ids ``prompt`` holds when it is a list of them or a batch of such
+    lists (the tokens are the ids: nothing to ask the engine); None for any other prompt."""
+    if not isinstance(prompt, list) or not prompt:
+        return None
+    batch = prompt if all(isinstance(p, list) for p in prompt) else [prompt]
+    if not all(isinstance(t, int) and not isinstance(t, bool) for p in batch for t in p):
+        return None
+    return sum(len(p) for p in batch)
+
+
 async def exact_tokens(client: httpx.AsyncClient, base_url: str, body: dict[str, Any],
                        timeout_seconds: float = 5.0) -> int | None:
     """The engine's own count of the prompt (chat template included), or None if the
     engine cannot say (not ready, no /tokenize, an error, a field it cannot count)."""
+    ids = token_ids(body.get("prompt"))
+    if ids is not None:
+        return ids
     req: dict[str, Any] = {"model": body.get("model")}
     if isinstance(body.get("messages"), list) and "system" not in body:
         req["messages"] = body["messages"]

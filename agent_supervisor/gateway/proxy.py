@@ -350,7 +350,8 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
         try:
             resp = await send_upstream(gw, request.method, path, query, raw, headers)
             if resp.content_type == "text/event-stream" and resp.status < 500:
-                return stream_response(gw, api, resp, slot, plan, headers, query, watch)
+                return stream_response(gw, api, resp, slot, plan, headers, query, watch,
+                                       path)
             content = await resp.read()
             resp.release()
             if resp.status in _RETRYABLE_STATUS and attempt == 0 and slot is not None \

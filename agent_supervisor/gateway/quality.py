@@ -192,7 +192,7 @@ def json_object(content: bytes) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -225,6 +225,12 @@ def choices_problem(choices: Any, *, message_key: str) -> str | None:
                 and msg.get("content") is None and not msg.get("tool_calls"):
             return "content_null"
     return None
+
+
+def _choices(data: dict[str, Any]) -> list[Any]:
+    """``data``'s ``choices`` when they are a list (an engine may send anything)."""
+    choices = data.get("choices")
+    return choices if isinstance(choices, list) else []
 
 
 class Quality:
@@ -331,7 +337,7 @@ class AnswerWatch:
             return
         try:
             events = json.loads(b"[" + b",".join(lines) + b"]")
-        except ValueError:                       # one bad event must not hide the rest
+        except (ValueError, RecursionError):     # one bad event must not hide the rest
             events = [json_object(line.strip()) for line in lines]
         for ev in events:
             if isinstance(ev, dict):
@@ -341,7 +347,7 @@ class AnswerWatch:
         err = ev.get("error")
         if err is not None and _PARSER.search(json.dumps(err)):
             self._problem("parser_error")
-        for ch in ev.get("choices") or ():
+        for ch in _choices(ev):
             if not isinstance(ch, dict) or ch.get("index", 0) != 0:
                 continue
             delta = ch.get("delta") if isinstance(ch.get("delta"), dict) else {}
@@ -388,7 +394,7 @@ class AnswerWatch:
             self._problem(kind)
         if status != 200 or data is None:
             return
-        for ch in data.get("choices") or ():
+        for ch in _choices(data):
             msg = ch.get("message") if isinstance(ch, dict) else None
             text = msg.get("content") if isinstance(msg, dict) else (
                 ch.get("text") if isinstance(ch, dict) else None)

@@ -55,20 +55,25 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import time
-from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from agent_supervisor.gateway.prompt import exact_tokens
-from agent_supervisor.gateway.sse import Dialect, StreamState, add_sent, events
+from agent_supervisor.gateway.sse import (
+    MAX_EVENT_BYTES,
+    Dialect,
+    MalformedStream,
+    StreamState,
+    add_sent,
+    as_list,
+    ends,
+    events,
+    events_end,
+)
 
-if TYPE_CHECKING:
-    from agent_supervisor.gateway.metrics import GatewayMetrics
-
-__all__ = ["Resumption", "ResumptionLog", "StreamTap", "openai_cut", "plan_resumption"]
+__all__ = ["Resumption", "StreamTap", "openai_cut", "plan_resumption"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +90,9 @@ COMPLETIONS = "/v1/completions"
 _ERROR_EVENT = b'data: {"error"'
 _ABORT = (b'"finish_reason":"abort"', b'"finish_reason": "abort"')
 _DONE = b"data: [DONE]"
+#: A recorded stream at most (bytes): past it the stream goes on unrecorded and is not
+#: resumed (a 32k-token chat stream is about 8 MB as vLLM sends it).
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -236,8 +244,12 @@ class StreamTap:
     (its id, no second role chunk, no second prompt ids, usage summed).
     """
 
-    def __init__(self, *, record: bool, dialect: Dialect | None = None) -> None:
+    def __init__(self, *, record: bool, dialect: Dialect | None = None,
+                 end: tuple[bytes, ...] | None = None) -> None:
         self.record = record
+        self.end = end
+        """What ends this stream when it is not recorded (agent_supervisor/gateway/sse.py
+        ``end_markers``; None: unknown, any end is its end)."""
         self.dialect = dialect
         """Another API's stream (Anthropic messages, Responses): its cuts, state and
         rewriting; None: OpenAI chat and text completions."""
@@ -252,15 +264,22 @@ class StreamTap:
         """The engine's count of the text sent, when a continuation asked for it."""
 
     def feed(self, chunk: bytes) -> bytes:
-        """The bytes to pass on for ``chunk`` (maybe empty: an event not yet whole)."""
-        if not self.record:
-            return chunk
+        """The whole SSE events to pass on for ``chunk`` (maybe none: an event not yet
+        whole). Raises MalformedStream when an event passes ``MAX_EVENT_BYTES``."""
         data = self._pending + chunk if self._pending else chunk
-        end = data.rfind(b"\n\n")
-        if end < 0:
+        end = events_end(data)
+        if not end:
+            if len(data) > MAX_EVENT_BYTES:
+                raise MalformedStream(f"an event of the engine's stream is longer than "
+                                      f"{MAX_EVENT_BYTES} bytes")
             self._pending = data
             return b""
-        out, self._pending = data[:end + 2], data[end + 2:]
+        out, self._pending = data[:end], data[end:]
+        if not self.record:
+            self.done = self.done or (self.end is not None and ends(out, self.end))
+            return out
+        if len(self.sent) > MAX_RECORD_BYTES:     # too long to carry across a restart
+            self.record, self.sent = False, bytearray()
         # A continuation of another API may come in OpenAI's shape (messages: a
         # /v1/completions stream): its cuts are found in the shape it comes in.
         reader = self.dialect if self._plan is None or self._plan.continues_as_self \
@@ -274,7 +293,9 @@ class StreamTap:
         if self._plan is not None:
             out = self._rewrite(out) if self.dialect is None else \
                 self.dialect.rewrite(self, out)
-        if (_DONE in out) if self.dialect is None else self.dialect.finished(out):
+        if self.end is not None:
+            self.done = self.done or ends(out, self.end)
+        elif (_DONE in out) if self.dialect is None else self.dialect.finished(out):
             self.done = True
         self.sent += out
         return out
@@ -292,11 +313,12 @@ class StreamTap:
             s.created = s.created or ev.get("created")
             if isinstance(ev.get("prompt_token_ids"), list) and s.prompt_ids is None:
                 s.prompt_ids = ev["prompt_token_ids"]
-            for ch in ev.get("choices") or ():
+            for ch in as_list(ev.get("choices")):
                 if not isinstance(ch, dict):
                     continue
-                if ch.get("index", 0) != 0:
-                    s.choices = max(s.choices, int(ch.get("index", 0)) + 1)
+                index = ch.get("index", 0)
+                if index != 0:
+                    s.choices = max(s.choices, index + 1 if isinstance(index, int) else 2)
                     continue
                 if s.prompt_ids is None and isinstance(ch.get("prompt_token_ids"), list):
                     s.prompt_ids = ch["prompt_token_ids"]
@@ -348,7 +370,9 @@ class StreamTap:
                 continue
             try:
                 ev = json.loads(event[6:])
-            except ValueError:
+            except (ValueError, RecursionError):
+                ev = None
+            if not isinstance(ev, dict):
                 out.append(event + b"\n\n")
                 continue
             ev.pop("prompt_token_ids", None)
@@ -361,7 +385,7 @@ class StreamTap:
             if as_chat:
                 ev["object"] = "chat.completion.chunk"
             keep = []
-            for ch in ev.get("choices") or ():
+            for ch in as_list(ev.get("choices")):
                 if isinstance(ch, dict) and as_chat:
                     text = ch.pop("text", "")
                     ch = {"index": ch.get("index", 0), "delta": {"content": text},
@@ -383,36 +407,3 @@ class StreamTap:
             add_sent(ev.get("usage"), self._base_tokens, "completion_tokens", "prompt_tokens")
             out.append(b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
         return b"".join(out)
-
-
-class ResumptionLog:
-    """Every resumption: a counter by path and outcome, an INFO line, and the last 100
-    in memory (``/gateway/status``)."""
-
-    def __init__(self, metrics: GatewayMetrics) -> None:
-        self.metrics = metrics
-        self.recent: deque[dict[str, Any]] = deque(maxlen=100)
-        self.seq = 0
-        """Numbers the entries (the supervisor asks for those above the last it saw)."""
-
-    def record(self, plan: Resumption, tap: StreamTap, *, ok: bool, waited: float) -> None:
-        """One resumption tried (``ok``: the continuation is streaming)."""
-        tokens = tap.tokens_sent()
-        kind = "token" if plan.used_tokens else "text"
-        outcome = "resumed" if ok else "failed"
-        self.metrics.resumptions.labels(plan.path, kind, outcome).inc()
-        self.seq += 1
-        self.recent.append({"seq": self.seq, "at": time.time(), "path": plan.path,
-                            "continuation": kind,
-                            "tokens_before": tokens, "waited_seconds": round(waited, 3),
-                            "outcome": outcome})
-        logger.info("stream on %s %s after %d tokens (%s-level continuation, %.1f s held)",
-                    plan.path, outcome, tokens, kind, waited)
-
-    def resent(self, path: str, *, waited: float) -> None:
-        """A request that failed before any byte reached its client, sent again whole
-        to the engine that came back (the retries metric counts it too)."""
-        self.seq += 1
-        self.recent.append({"seq": self.seq, "at": time.time(), "path": path,
-                            "continuation": "whole", "tokens_before": 0,
-                            "waited_seconds": round(waited, 3), "outcome": "resent"})

@@ -38,7 +38,15 @@ from typing import Any
 
 from agent_supervisor.gateway.resume import Resumption, StreamTap, plan_resumption
 from agent_supervisor.gateway.resume_messages import MESSAGES, plan_messages
-from agent_supervisor.gateway.sse import Dialect, StreamState, add_sent, event_data, split_events
+from agent_supervisor.gateway.sse import (
+    Dialect,
+    StreamState,
+    add_sent,
+    as_dict,
+    as_list,
+    event_data,
+    split_events,
+)
 
 __all__ = ["RESPONSES", "ResponsesDialect", "plan_stream"]
 
@@ -145,13 +153,15 @@ class ResponsesDialect(Dialect):
         s = StreamState()
         for ev in sent:
             kind = ev.get("type")
+            if not isinstance(kind, str):
+                continue
             if isinstance(ev.get("sequence_number"), int):
                 s.extra["seq"] = ev["sequence_number"]
             if kind == "response.created" and isinstance(ev.get("response"), dict):
                 s.id = ev["response"].get("id")
                 s.created = ev["response"].get("created_at")
             elif kind == "response.output_item.added":
-                item = ev.get("item") or {}
+                item = as_dict(ev.get("item"))
                 s.tool_call |= item.get("type") not in ("message", "reasoning")
                 s.reasoning |= item.get("type") == "reasoning"
                 if item.get("type") == "message":
@@ -161,7 +171,7 @@ class ResponsesDialect(Dialect):
             elif kind == "response.output_text.delta" and isinstance(ev.get("delta"), str):
                 s.text += ev["delta"]
                 s.tokens += 1
-            elif kind and kind.startswith("response.reasoning"):
+            elif kind.startswith("response.reasoning"):
                 s.reasoning = True
         return s
 
@@ -174,15 +184,15 @@ class ResponsesDialect(Dialect):
         item_id = base.extra.get("item_id")
         for event in split_events(out):
             ev = event_data(event)
-            if ev is None:
+            kind = None if ev is None else ev.get("type")
+            if ev is None or not isinstance(kind, str):
                 res.append(event)
                 continue
-            kind = ev.get("type")
             if kind in _RESPONSES_OPENING:
                 continue
             if item_id is not None and kind in ("response.output_item.added",
                                                 "response.content_part.added") and \
-                    (ev.get("item") or {}).get("type", "message") == "message":
+                    as_dict(ev.get("item")).get("type", "message") == "message":
                 continue
             self._seq += 1
             ev["sequence_number"] = self._seq
@@ -196,7 +206,7 @@ class ResponsesDialect(Dialect):
                 self._prefix_item(ev["item"])
             if isinstance(ev.get("response"), dict):
                 self._whole(ev["response"])
-            res.append(f"event: {kind}\n".encode() + b"data: " +
+            res.append(f"event: {kind}\n".encode("utf-8", "replace") + b"data: " +
                        json.dumps(ev, separators=(",", ":")).encode() + b"\n\n")
         return b"".join(res)
 
@@ -217,7 +227,7 @@ class ResponsesDialect(Dialect):
             response["id"] = base.id
         if base.created is not None:
             response["created_at"] = base.created
-        for item in response.get("output") or ():
+        for item in as_list(response.get("output")):
             if isinstance(item, dict):
                 self._prefix_item(item)
         add_sent(response.get("usage"), base.tokens, "output_tokens", "input_tokens")

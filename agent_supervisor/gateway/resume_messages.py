@@ -37,7 +37,15 @@ import httpx
 
 from agent_supervisor.gateway.prompt import tokenize_ids
 from agent_supervisor.gateway.resume import COMPLETIONS, Resumption, StreamTap
-from agent_supervisor.gateway.sse import Dialect, StreamState, event_data, split_events, sse_event
+from agent_supervisor.gateway.sse import (
+    Dialect,
+    StreamState,
+    as_dict,
+    as_list,
+    event_data,
+    split_events,
+    sse_event,
+)
 
 __all__ = ["MESSAGES", "MessagesDialect", "plan_messages"]
 
@@ -108,9 +116,14 @@ class _MessagesResumption(Resumption):
             cont["stop"] = body["stop_sequences"]
         cont.update(model=model, prompt=prompt + sent, stream=True,
                     stream_options={"include_usage": True},
-                    max_tokens=max(1, int(body.get("max_tokens") or 1) - len(sent)))
+                    max_tokens=max(1, _int(body.get("max_tokens"), 1) - len(sent)))
         self.continuation_path = COMPLETIONS
         return json.dumps(cont).encode()
+
+
+def _int(value: Any, default: int) -> int:
+    """``value`` if it is an integer (not a bool), else ``default``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 class MessagesDialect(Dialect):
@@ -157,18 +170,18 @@ class MessagesDialect(Dialect):
             kind = ev.get("type")
             if kind == "message_start" and isinstance(ev.get("message"), dict):
                 s.id = ev["message"].get("id")
-                usage = ev["message"].get("usage") or {}
+                usage = as_dict(ev["message"].get("usage"))
                 s.extra["input_tokens"] = usage.get("input_tokens")
             elif kind == "content_block_start":
-                block = ev.get("content_block") or {}
+                block = as_dict(ev.get("content_block"))
                 s.tool_call |= block.get("type") in ("tool_use", "server_tool_use")
                 s.reasoning |= block.get("type") in ("thinking", "redacted_thinking")
-                s.extra["open"] = ev.get("index", s.extra["blocks"])
-                s.extra["blocks"] = int(s.extra["open"]) + 1
+                s.extra["open"] = _int(ev.get("index"), s.extra["blocks"])
+                s.extra["blocks"] = s.extra["open"] + 1
             elif kind == "content_block_stop":
                 s.extra["open"] = None
             elif kind == "content_block_delta":
-                delta = ev.get("delta") or {}
+                delta = as_dict(ev.get("delta"))
                 if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                     s.text += delta["text"]
                     s.tokens += 1
@@ -192,7 +205,7 @@ class MessagesDialect(Dialect):
             if ev is None:
                 res.append(event)                    # an SSE comment: passed on
                 continue
-            for ch in ev.get("choices") or ():
+            for ch in as_list(ev.get("choices")):
                 text = ch.get("text") if isinstance(ch, dict) else None
                 if isinstance(text, str) and text:
                     if base.extra.get("open") is None:
@@ -211,7 +224,7 @@ class MessagesDialect(Dialect):
                     self._stop = ("stop_sequence", ch["stop_reason"])
             usage = ev.get("usage")
             if not ev.get("choices") and isinstance(usage, dict) and not self._ended:
-                res.append(self._end(usage.get("completion_tokens")))
+                res.append(self._end(_int(usage.get("completion_tokens"), 0)))
         return b"".join(res)
 
     def _end(self, completion_tokens: int | None) -> bytes:

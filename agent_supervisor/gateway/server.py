@@ -18,17 +18,17 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from agent_supervisor.gateway.admission import Admission
-from agent_supervisor.gateway.connections import bounded_protocol, connection_limit
-from agent_supervisor.gateway.metrics import GatewayMetrics
+from agent_supervisor.gateway.connections import gateway_protocol
+from agent_supervisor.gateway.metrics import GatewayMetrics, ResumptionLog
 from agent_supervisor.gateway.paths import Routes
 from agent_supervisor.gateway.proxy import GatewayApp
 from agent_supervisor.gateway.quality import Quality
-from agent_supervisor.gateway.resume import ResumptionLog
 from agent_supervisor.gateway.streaming import NO_SWITCH_GRACE_SECONDS
 from agent_supervisor.gateway.upstream import Upstream
 from agent_supervisor.policy import Policy
 from agent_supervisor.sense.gateway_load import GatewayLoad
 from agent_supervisor.serve import AppServer
+from agent_supervisor.serve_limits import ListenerLimits
 
 __all__ = ["UPSTREAM_CONNECT_SECONDS", "Gateway"]
 
@@ -218,12 +218,17 @@ class Gateway:
         self.upstream = Upstream(self.policy.engine.host, self.policy.engine.port,
                                  connect_timeout_seconds=UPSTREAM_CONNECT_SECONDS,
                                  read_timeout_seconds=self.spec.upstream_timeout_seconds)
-        limit = connection_limit(self.spec.max_connections)
-        protocol = bounded_protocol(max_connections=limit,
-                                    max_header_bytes=self.spec.max_header_bytes,
-                                    header_timeout_seconds=self.spec.header_timeout_seconds)
+        spec = self.spec
+        limits = ListenerLimits(
+            max_connections=spec.max_connections, max_header_bytes=spec.max_header_bytes,
+            header_timeout_seconds=spec.header_timeout_seconds,
+            max_body_bytes=None,                  # the proxy's 413, in the caller's shape
+            body_timeout_seconds=spec.body_timeout_seconds,
+            idle_timeout_seconds=spec.idle_timeout_seconds,
+            write_timeout_seconds=spec.write_timeout_seconds)
         self._server = AppServer(self.app, self.spec.host, self.spec.port, name="gateway",
-                                 http=protocol, timeout_graceful_shutdown=max(
+                                 limits=limits, http=gateway_protocol(limits),
+                                 timeout_graceful_shutdown=max(
                                      1, int(self.spec.drain_timeout_seconds)),
                                  # No X-Forwarded-* rewriting of the client's address
                                  # (uvicorn's ProxyHeadersMiddleware): nothing here
@@ -236,7 +241,7 @@ class Gateway:
     async def drain(self) -> None:
         """Before a hand-over or a stop: accept no more connections, answer what still
         comes on open ones with ``Connection: close``, and wait until no connection is
-        left open (idle ones end at uvicorn's keep-alive timeout, 5 s) or
+        left open (idle ones end at ``gateway.idle_timeout_seconds``, 5 s) or
         ``drain_timeout_seconds`` pass. Closing an idle keep-alive connection at once,
         as a plain shutdown does, races a client sending on it (seen: a reset)."""
         if self._server is None:

@@ -16,8 +16,78 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent_supervisor.gateway.resume import StreamTap
 
-__all__ = ["Dialect", "StreamState", "add_sent", "event_data", "events", "split_events",
-           "sse_event"]
+__all__ = ["MAX_EVENT_BYTES", "Dialect", "MalformedStream", "StreamState", "add_sent",
+           "as_dict", "as_list", "end_markers", "ends", "event_data", "events", "events_end",
+           "split_events", "sse_event"]
+
+#: One SSE event at most (bytes): vLLM's largest is the Responses API's
+#: ``response.completed``, which repeats the whole answer (a 32k-token answer is about
+#: 200 KB of JSON). An engine stream with no event end past this is malformed.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+#: How each generation path's stream ends (vLLM: ``data: [DONE]`` after the last chunk;
+#: anthropic/serving.py ``message_stop``; the Responses API's last event). A stream of
+#: these paths that ends without one was cut short.
+_ENDS: dict[str, tuple[bytes, ...]] = {
+    "/v1/chat/completions": (b"data: [DONE]",),
+    "/v1/completions": (b"data: [DONE]",),
+    "/v1/messages": (b"message_stop",),
+    "/v1/responses": (b"response.completed", b"response.incomplete", b"response.failed"),
+}
+
+
+#: The ``type`` of the JSON of a last event (Anthropic's, the Responses API's).
+_END_TYPES = frozenset({"message_stop", "response.completed", "response.incomplete",
+                        "response.failed"})
+
+
+def ends(out: bytes, markers: tuple[bytes, ...]) -> bool:
+    """Whether ``out`` (whole events) holds a well-formed last event: a ``data: [DONE]``
+    line, or a ``data:`` JSON whose ``type`` ends a stream, in an event holding one of
+    ``markers`` (only those events are parsed: one per stream)."""
+    if not any(m in out for m in markers):
+        return False
+    for event in out.replace(b"\r\n", b"\n").split(b"\n\n"):
+        if not any(m in event for m in markers):
+            continue
+        for line in event.split(b"\n"):
+            if line.rstrip() == b"data: [DONE]":
+                return True
+            if line.startswith(b"data:"):
+                try:
+                    obj = json.loads(line[5:])
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("type"), str) \
+                        and obj["type"] in _END_TYPES:
+                    return True
+    return False
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (an engine may send anything
+    where an object belongs)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` if it is a JSON array, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
+class MalformedStream(ValueError):
+    """An engine stream the gateway cannot pass on as SSE events."""
+
+
+def end_markers(path: str | None) -> tuple[bytes, ...] | None:
+    """What ends a stream of ``path`` (None: a path whose end the gateway cannot tell)."""
+    return _ENDS.get(path or "")
+
+
+def events_end(data: bytes) -> int:
+    """Where the last whole SSE event of ``data`` ends (after its blank line, LF or
+    CRLF); 0 when ``data`` holds no whole event."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
 @dataclass
@@ -44,7 +114,7 @@ def events(data: bytes) -> list[dict[str, Any]]:
             if line.startswith(b"data: {") or line.startswith(b"data:{"):
                 try:
                     obj = json.loads(line[5:])
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(obj, dict):
                     out.append(obj)

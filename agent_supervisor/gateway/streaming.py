@@ -6,6 +6,14 @@ an ``abort`` finish, a connection that breaks or ends before ``[DONE]``), the cl
 connection is held open with SSE comments while the supervisor restarts the engine, and
 the continuation planned in agent_supervisor/gateway/resume.py is sent to the new engine; any
 other cut ends the stream with an error event in the caller's API shape.
+
+Whatever the engine sends, the client's stream ends with its API's last event or an error
+event in its API's shape (issue 34: 995 of 5,000 malformed engine streams raised inside
+the gateway and left the client's stream without one): a stream that does not parse as
+SSE events, an event past ``MAX_EVENT_BYTES``, a parser's error on an event of the wrong
+shape, or the end of a generation stream before its last event (``end_markers``), are
+cuts that are not resumed; the answer watch (agent_supervisor/gateway/quality.py) only
+counts, and its failure never touches the stream.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from agent_supervisor.gateway.errors import sse_error
 from agent_supervisor.gateway.paths import Api
 from agent_supervisor.gateway.quality import AnswerWatch
 from agent_supervisor.gateway.resume import Resumption, StreamTap
+from agent_supervisor.gateway.sse import end_markers
 from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -152,15 +161,19 @@ class _Stream:
 
     def __init__(self, gw: Gateway, api: Api, resp: UpstreamResponse,
                  slot: Slot | None, plan: Resumption | None,
-                 headers: dict[str, str], query: str, watch: AnswerWatch | None) -> None:
+                 headers: dict[str, str], query: str, watch: AnswerWatch | None,
+                 path: str | None = None) -> None:
         self.gw, self.api, self.up, self.slot, self.plan = gw, api, resp, slot, plan
         self.watch = watch
         self.headers, self.query = headers, query
         self.outcome = "ok"
         self.closed = False
         self.tap = StreamTap(record=plan is not None and plan.unsupported is None,
-                             dialect=None if plan is None else plan.dialect)
+                             dialect=None if plan is None else plan.dialect,
+                             end=end_markers(path or (plan.path if plan else None)))
         self.cut: str | None = None
+        self.malformed = False
+        """The engine's stream could not be read (not resumed: the engine is not gone)."""
 
     async def close(self, final: str | None = None) -> None:
         """Close the upstream response and release the slot, once (also when the body
@@ -168,8 +181,7 @@ class _Stream:
         if self.closed:
             return
         self.closed = True
-        if self.watch is not None:
-            self.watch.flush()                    # what came before an early end
+        self._watching("flush")                   # what came before an early end
         self.gw.metrics.requests.labels(final or self.outcome).inc()
         self.up.close()
         if self.slot is not None:
@@ -178,14 +190,14 @@ class _Stream:
     async def _pass_on(self, write: ChunkWriter) -> None:
         """The current upstream's events, each passed on as it comes (in the engine
         connection's read callback); sets ``cut`` when the stream is cut short."""
-        tap, watch, self.cut = self.tap, self.watch, None
+        tap, self.cut = self.tap, None
         up = self.up
 
         def piece(chunk: bytes) -> None:
             if self.cut is not None:
                 return
             if watch is not None:
-                watch.feed_sse(chunk)
+                self._watching("feed_sse", chunk)
             out = tap.feed(chunk)
             if out:
                 write(out)
@@ -194,15 +206,31 @@ class _Stream:
                 self.cut = "an error event from the engine"
                 up.close()
 
+        watch = self.watch
         up.pass_to(piece)
         try:
             await up.wait_end()
-            if self.cut is None and not (tap.done or not tap.record):
-                self.cut = "the end of the stream before [DONE]"
+            if self.cut is None and not tap.done and (tap.record or tap.end is not None):
+                self.cut = "the end of the stream before its last event"
         except (UpstreamError, TimeoutError) as exc:
             if self.cut is None:
                 self.cut = exc.__class__.__name__
+        except Exception as exc:  # noqa: BLE001 - a parser's, on what the engine sent
+            logger.warning("gateway: the engine's stream does not parse: %s: %s",
+                           type(exc).__name__, exc)
+            self.cut, self.malformed = f"a malformed stream: {type(exc).__name__}", True
         up.close()
+
+    def _watching(self, method: str, *args: bytes) -> None:
+        """The answer watch's ``method``; a watch that fails is dropped (it only counts:
+        the stream goes on)."""
+        if self.watch is None:
+            return
+        try:
+            getattr(self.watch, method)(*args)
+        except Exception:                  # any error of a counter must spare the stream
+            logger.exception("gateway: the answer watch failed; this stream is not watched")
+            self.watch = None
 
     def _backpressure(self, write: ChunkWriter) -> None:
         """A client that does not keep up: stop reading the engine until its transport
@@ -226,56 +254,85 @@ class _Stream:
 
     def _end(self, why: str) -> bytes:
         self.outcome = "broken_stream"
+        seq = None
+        if self.api is Api.RESPONSES:              # the next sequence number, if known
+            with contextlib.suppress(Exception):
+                last = self.tap.state().extra.get("seq")
+                seq = last + 1 if isinstance(last, int) else None
         return sse_error(self.api, f"the engine's stream broke ({self.cut}); {why}",
-                         code="engine_stream_broken")
+                         code="engine_stream_broken", sequence_number=seq)
+
+    def _refusal(self, resumes: int) -> str | None:
+        """Why the cut stream is not carried to the next engine (None: it is)."""
+        plan = self.plan
+        if self.malformed:
+            return "the engine sent what the gateway cannot read: retry the request"
+        if plan is None:
+            return "the supervisor is restarting it: retry the request"
+        if plan.unsupported is None and not self.tap.record:
+            return "it is too long to be carried across a restart"
+        return plan.refusal(self.tap, resumes, self.gw.spec.max_resumes_per_request)
 
     async def pump(self, write: ChunkWriter) -> None:
-        """Everything the client gets, across as many engines as it takes."""
-        gw, plan, resumes = self.gw, self.plan, 0
+        """Everything the client gets, across as many engines as it takes; whatever
+        happens, the stream ends with its last event or an error event."""
+        resumes = 0
         try:
             while True:
                 await self._pass_on(write)
                 if self.cut is None:
-                    if self.watch is not None:
-                        self.watch.end_stream()
+                    self._watching("end_stream")
                     return
-                epoch_at_cut = gw.epoch
-                how = None if plan is None else plan.refusal(self.tap, resumes,
-                                                             gw.spec.max_resumes_per_request)
-                if plan is None or how is not None:
+                epoch_at_cut = self.gw.epoch
+                how = self._refusal(resumes)
+                if how is not None:
                     logger.warning("engine stream broke mid-way (%s): ending it with an "
-                                   "error event%s", self.cut, f" ({how})" if how else "")
-                    write(self._end(how or "the supervisor is restarting it: retry the "
-                                    "request"))
+                                   "error event (%s)", self.cut, how)
+                    write(self._end(how))
                     return
-                logger.info("engine stream cut (%s) after %d tokens: holding it open for "
-                            "the next engine", self.cut, self.tap.tokens_sent())
-                t0 = time.monotonic()
-                async for beat in _await_engine(gw, epoch_at_cut):
-                    write(beat)
                 resumes += 1
-                nxt = await _resume_upstream(gw, plan, self.tap, self.headers, self.query)
-                gw.resumptions.record(plan, self.tap, ok=nxt is not None,
-                                      waited=time.monotonic() - t0)
-                if nxt is None:                  # build() says why it could not continue
-                    write(self._end(plan.unsupported or "the engine did not come back in "
-                                    "time: retry the request"))
+                if not await self._resume(write, epoch_at_cut):
                     return
-                self.up = nxt
-                self.tap.continue_with(plan)
         except asyncio.CancelledError:
             self.outcome = "client_disconnected"
             raise
+        except Exception as exc:           # the client still gets an error event
+            logger.exception("gateway: a stream could not be passed on")
+            self.cut = self.cut or type(exc).__name__
+            write(self._end("the gateway could not pass it on: retry the request"))
         finally:
             await self.close()
+
+    async def _resume(self, write: ChunkWriter, epoch_at_cut: int) -> bool:
+        """Hold the client while the engine comes back, then continue on it; False (an
+        error event written): it could not be continued."""
+        gw, plan = self.gw, self.plan
+        assert plan is not None
+        logger.info("engine stream cut (%s) after %d tokens: holding it open for "
+                    "the next engine", self.cut, self.tap.tokens_sent())
+        t0 = time.monotonic()
+        async for beat in _await_engine(gw, epoch_at_cut):
+            write(beat)
+        nxt = await _resume_upstream(gw, plan, self.tap, self.headers, self.query)
+        gw.resumptions.record(plan, self.tap, ok=nxt is not None,
+                              waited=time.monotonic() - t0)
+        if nxt is None:                          # build() says why it could not continue
+            write(self._end(plan.unsupported or "the engine did not come back in "
+                            "time: retry the request"))
+            return False
+        self.up = nxt
+        self.tap.continue_with(plan)
+        return True
 
 
 def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | None,
                     plan: Resumption | None, headers: dict[str, str], query: str,
-                    watch: AnswerWatch | None = None) -> StreamResponse:
-    """The client's streaming response for the engine's ``resp`` (``plan``: how to
-    continue it after a cut, or None; ``watch``: agent_supervisor/gateway/quality.py)."""
-    stream = _Stream(gw, api, resp, slot, plan, headers, query, watch)
+                    watch: AnswerWatch | None = None, path: str | None = None,
+                    ) -> StreamResponse:
+    """The client's streaming response for the engine's ``resp`` to a request on
+    ``path`` (``plan``: how to continue it after a cut, or None; ``watch``:
+    agent_supervisor/gateway/quality.py)."""
+    stream = _Stream(gw, api, resp, slot, plan, headers, query, watch, path)
     return StreamResponse(resp.status, response_headers(resp), stream.pump, stream.close)
 
 

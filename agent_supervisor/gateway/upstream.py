@@ -15,9 +15,14 @@ of 91 us), this client 40-54 us. The gateway's whole budget is 1 ms added per re
 Semantics kept from the aiohttp session it replaced (``Gateway.start`` before):
 
 - ``connect_timeout_seconds`` to open a connection; ``read_timeout_seconds`` between two
-  reads once the request is sent (aiohttp's ``sock_read``), then ``TimeoutError``;
+  reads once the request is sent (aiohttp's ``sock_read``), then ``TimeoutError``; the
+  response's head must be whole within ``read_timeout_seconds`` of the request, however
+  its bytes trickle (issue 34);
 - any other failure (refused, reset, the engine closing before the end of the response,
-  a response that does not parse) is ``UpstreamError``;
+  a response that does not parse, a head over ``MAX_HEAD_BYTES``, a status outside
+  100-599, a whole body over ``MAX_BODY_BYTES``) is ``UpstreamError``: nothing else
+  leaves this client, whatever the engine sends (issue 34: 5 of 74 malformed responses
+  raised something else, 3 hung, and a 200 MiB body grew the gateway by 408 MiB);
 - a response's ``close()`` before its end closes the connection, which makes vLLM abort
   the request (``with_cancellation``, vllm/entrypoints/utils.py); ``release()`` after
   its end gives the connection back for the next request.
@@ -36,10 +41,14 @@ from typing import cast
 
 import httptools
 
-from agent_supervisor.gateway.upstream_response import UpstreamError, UpstreamResponse
+from agent_supervisor.gateway.upstream_response import (
+    MAX_BODY_BYTES,
+    UpstreamError,
+    UpstreamResponse,
+)
 
-__all__ = ["IDLE_SECONDS", "RESEND_WINDOW_SECONDS", "Upstream", "UpstreamError",
-           "UpstreamResponse"]
+__all__ = ["IDLE_SECONDS", "MAX_BODY_BYTES", "MAX_HEAD_BYTES", "RESEND_WINDOW_SECONDS",
+           "Upstream", "UpstreamError", "UpstreamResponse"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +61,10 @@ IDLE_SECONDS = 2.0
 #: is an UpstreamError: the engine may have read it, and a generation must not run twice
 #: (aiohttp sent again on a kept connection only idempotent methods).
 RESEND_WINDOW_SECONDS = 0.1
+#: An engine's status line and headers at most (bytes): vLLM sends about 200 (uvicorn's
+#: date, server, content-type, content-length or transfer-encoding); the gateway's own
+#: cap on a client's head is the same (``gateway.max_header_bytes``' default).
+MAX_HEAD_BYTES = 65536
 
 
 class _NotRead(UpstreamError):
@@ -81,6 +94,7 @@ class _Connection(asyncio.Protocol):
         self._sent_at = 0.0
         self._answered = False
         self._last_read = 0.0
+        self._head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------
@@ -92,10 +106,18 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
         self._answered = True
+        if self._response is None:
+            self._head_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamError(f"the engine's response does not parse: {exc}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            # An upgrade (101) is not a response the gateway can pass on either; httptools
+            # raises it outside HttpParserError (asyncio then logged a fatal error).
+            self._fail(UpstreamError(f"the engine's response does not parse: {exc!r}"))
+            return
+        if self._response is None and self._head_bytes > MAX_HEAD_BYTES:
+            self._fail(UpstreamError(f"the engine's response head is longer than "
+                                     f"{MAX_HEAD_BYTES} bytes"))
 
     def eof_received(self) -> bool:
         return False                                 # close our side too
@@ -127,6 +149,8 @@ class _Connection(asyncio.Protocol):
             self._interim = True
             self._headers = []
             return
+        if not 200 <= status < 600:      # no client could be given it (uvicorn has none)
+            raise UpstreamError(f"the engine answered status {status}")
         self.keep_alive = self.parser.should_keep_alive()
         # Neither a length nor chunked: the body runs until the engine closes (RFC 9112
         # section 6.3, rule 8; httptools has no finish() to learn of the EOF itself).
@@ -161,6 +185,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._headers, self._response, self._complete = [], None, False
         self._until_close = self._answered = False
+        self._head_bytes = 0
         self._head = self.loop.create_future()
         self._last_read = self._sent_at = self.loop.time()
         self._timer = self.loop.call_at(self._last_read + read_timeout, self._check_read,
@@ -169,9 +194,12 @@ class _Connection(asyncio.Protocol):
         return self._head
 
     def _check_read(self, read_timeout: float) -> None:
-        """aiohttp's ``sock_read``: no byte for ``read_timeout`` seconds is a timeout."""
+        """aiohttp's ``sock_read``: no byte for ``read_timeout`` seconds is a timeout;
+        and the head whole within ``read_timeout`` of the request, trickle or not."""
         due = self._last_read + read_timeout
-        if self._paused:                 # the reader is behind, not the engine
+        if self._response is None:
+            due = self._sent_at + read_timeout
+        elif self._paused:               # the reader is behind, not the engine
             due = self.loop.time() + read_timeout
         if self.loop.time() < due:
             self._timer = self.loop.call_at(due, self._check_read, read_timeout)

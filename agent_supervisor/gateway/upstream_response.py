@@ -14,13 +14,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agent_supervisor.gateway.upstream import _Connection
 
-__all__ = ["UpstreamError", "UpstreamResponse"]
+__all__ = ["MAX_BODY_BYTES", "UpstreamError", "UpstreamResponse"]
 
 logger = logging.getLogger(__name__)
 
 #: Body bytes buffered for a reader that does not keep up before the engine's socket is
 #: paused (resumed under half of it): memory stays bounded for a slow client.
 _HIGH_WATER = 1 << 20
+#: A whole (not streamed) answer of the engine at most (bytes; ``read``): a long
+#: completion with logprobs is a few MiB; past this it is refused, not held (issue 34: a
+#: 200 MiB body grew the gateway by 408 MiB). A stream is passed on as it comes.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 class UpstreamError(Exception):
@@ -155,11 +159,17 @@ class UpstreamResponse:
         while await self._more():
             yield self._take()
 
-    async def read(self) -> bytes:
-        """The whole body. Raises UpstreamError or TimeoutError if it breaks."""
-        parts = []
+    async def read(self, limit: int = MAX_BODY_BYTES) -> bytes:
+        """The whole body. Raises UpstreamError or TimeoutError if it breaks, and
+        UpstreamError past ``limit`` bytes (the connection is closed)."""
+        parts, size = [], 0
         while await self._more():
-            parts.append(self._take())
+            part = self._take()
+            size += len(part)
+            if size > limit:
+                self.close()
+                raise UpstreamError(f"the engine's answer is larger than {limit} bytes")
+            parts.append(part)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def release(self) -> None:

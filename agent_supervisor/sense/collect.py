@@ -1,10 +1,13 @@
 """``Sensors``: every sensor together, producing one ``Sample`` per tick.
 
 A sensor that cannot read leaves its fields None and says why once; no sensor failure
-ever breaks the tick. The slow or blocking ones are bounded: HTTP probes by their
-timeouts, NVML by running in a worker thread that is not waited on past the probe
-timeout, the canary by running as a background task whose result lands in a later
-Sample.
+ever breaks the tick (issue 34: ``psutil.cpu_percent`` raised EMFILE under 1,100 client
+connections with ``ulimit -n 1024``, so no tick ran and no watchdog ping was sent: each
+sensor's read now goes through ``SensorGuard``, which turns any exception into unknown
+fields for that tick, with the reason logged when it starts and when it ends). The slow
+or blocking ones are bounded: HTTP probes by their timeouts, NVML by running in a worker
+thread that is not waited on past the probe timeout, the canary by running as a
+background task whose result lands in a later Sample.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from agent_supervisor.telemetry.progress import made_progress
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 
-__all__ = ["Sensors", "kernel_event_tag"]
+__all__ = ["SensorGuard", "Sensors", "kernel_event_tag"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +75,47 @@ def _launcher_fields(status: EngineStatus, leftovers: Any) -> dict[str, Any]:
                       engine_leftover_stuck_pids=tuple(leftovers.stuck),
                       engine_leftover_roles=tuple(leftovers.roles),
                       engine_leftover_rss_bytes=leftovers.rss_bytes)
-    if status.state is EngineState.STOPPED and status.run_id is not None:
-        fields["processes_rss_bytes"] = processes_rss_bytes()
     return fields
+
+
+class SensorGuard:
+    """Runs each sensor's read: a read that raises gives no fields (unknown, never 0)
+    this tick, logged as a WARNING when that sensor starts failing (or fails another
+    way) and as INFO when it reads again, never once a tick."""
+
+    def __init__(self) -> None:
+        self.failing: dict[str, str] = {}
+        """Sensor name -> the reason it failed on its last read."""
+
+    def read(self, name: str, read: Any, *args: Any) -> dict[str, Any]:
+        """``read(*args)``'s fields, or {} when it raised."""
+        try:
+            out = read(*args)
+        except Exception as exc:  # noqa: BLE001 - any sensor, any failure: EMFILE, ENOMEM
+            return self._failed(name, exc)
+        self._ok(name)
+        return dict(out)
+
+    async def aread(self, name: str, read: Any, *args: Any) -> dict[str, Any]:
+        """``await read(*args)``'s fields, or {} when it raised."""
+        try:
+            out = await read(*args)
+        except Exception as exc:  # noqa: BLE001 - as in read()
+            return self._failed(name, exc)
+        self._ok(name)
+        return dict(out)
+
+    def _failed(self, name: str, exc: Exception) -> dict[str, Any]:
+        why = f"{type(exc).__name__}: {exc}"
+        if self.failing.get(name) != why:
+            logger.warning("sensor %s failed (%s): its fields are unknown until it reads "
+                           "again", name, why)
+        self.failing[name] = why
+        return {}
+
+    def _ok(self, name: str) -> None:
+        if self.failing.pop(name, None) is not None:
+            logger.info("sensor %s reads again", name)
 
 
 @dataclass
@@ -113,6 +154,7 @@ class Sensors:
         self.recent_kernel_lines: deque[str] = deque(maxlen=EVIDENCE_LINES)
         self.recent_engine_signatures: deque[tuple[str, str]] = deque(maxlen=EVIDENCE_LINES)
         self._host = HostReader()
+        self._guard = SensorGuard()
         self._http: httpx.AsyncClient | None = None
         self._core_seen: set[str] = set()
         self._models: dict[str, str | None] = {}
@@ -165,42 +207,54 @@ class Sensors:
         whether a canary is due); ``log_lines`` are the engine's new log lines;
         ``leftovers`` what is left of a run the launcher no longer runs
         (``agent_supervisor.act.processes.Leftovers``: pids, stuck, roles, rss_bytes)."""
+        guard = self._guard
         fields: dict[str, Any] = {
             "t_s": now_s, "wall_s": time.time(), "tick_lateness_seconds": lateness_seconds,
             **_launcher_fields(status, leftovers)}
-        fields.update(self._host.read())
-        pids: tuple[int, ...] = ()
-        if status.pid is not None and status.state in (EngineState.STARTING,
-                                                       EngineState.READY):
-            pss_due = (self._pss is None or self._pss[0] != status.run_id
-                       or now_s - self._pss[1] >= self.policy.sampling.pss_interval_seconds)
-            tree = read_process_tree(status.pid, pss=pss_due)
-            if pss_due:
-                self._pss = (status.run_id, now_s, tree.pss_bytes)
-            pids = tree.pids
-            if tree.engine_core_alive and status.run_id:
-                self._core_seen.add(status.run_id)
-            # An engine that never had an EngineCore (the in-process engine) has none to
-            # lose; and with the API server itself gone, the exit watcher reports.
-            core_known = status.run_id in self._core_seen and tree.api_server_alive
-            fields.update(
-                engine_core_alive=tree.engine_core_alive if core_known else None,
-                engine_processes=tree.processes, engine_rss_bytes=tree.rss_bytes,
-                engine_pss_bytes=self._pss[2] if self._pss else None,
-                api_server_rss_bytes=tree.api_server_rss_bytes,
-                engine_core_rss_bytes=tree.engine_core_rss_bytes,
-                engine_workers_rss_bytes=tree.workers_rss_bytes,
-                engine_cpu_seconds_total=tree.cpu_seconds)
+        if status.state is EngineState.STOPPED and status.run_id is not None:
+            fields.update(guard.read("processes", lambda: {
+                "processes_rss_bytes": processes_rss_bytes()}))
+        fields.update(guard.read("host", self._host.read))
+        tree = guard.read("process_tree", self._tree_fields, now_s, status)
+        pids: tuple[int, ...] = tree.pop("pids", ())
+        fields.update(tree)
         if status.state is EngineState.READY and self._http is not None:
-            fields.update(await self._probe(self._http))
-        fields.update(self._canary_fields(now_s, status, window))
-        fields.update(await self._gpu_fields(pids))
-        fields.update(self._log_fields(log_lines))
-        fields.update(gateway_fields(self.gateway))
-        fields.update(self._start_progress(status, log_lines, fields, window))
+            fields.update(await guard.aread("probes", self._probe, self._http))
+        fields.update(guard.read("canary", self._canary_fields, now_s, status, window))
+        fields.update(await guard.aread("gpu", self._gpu_fields, pids))
+        fields.update(guard.read("logs", self._log_fields, log_lines))
+        fields.update(guard.read("gateway", gateway_fields, self.gateway))
+        fields.update(guard.read("start_progress", self._start_progress, status, log_lines,
+                                 fields, window))
         if self.nodes is not None:
-            fields["nodes"] = self.nodes.snapshot(now_s)
+            nodes = self.nodes
+            fields.update(guard.read("nodes", lambda: {"nodes": nodes.snapshot(now_s)}))
         return Sample(**fields)
+
+    def _tree_fields(self, now_s: float, status: EngineStatus) -> dict[str, Any]:
+        """The engine's process tree (RSS by role, PSS every ``pss_interval_seconds``)
+        while it starts or serves; ``pids`` for the GPU's per-process memory."""
+        if status.pid is None or status.state not in (EngineState.STARTING,
+                                                      EngineState.READY):
+            return {}
+        pss_due = (self._pss is None or self._pss[0] != status.run_id
+                   or now_s - self._pss[1] >= self.policy.sampling.pss_interval_seconds)
+        tree = read_process_tree(status.pid, pss=pss_due)
+        if pss_due:
+            self._pss = (status.run_id, now_s, tree.pss_bytes)
+        if tree.engine_core_alive and status.run_id:
+            self._core_seen.add(status.run_id)
+        # An engine that never had an EngineCore (the in-process engine) has none to
+        # lose; and with the API server itself gone, the exit watcher reports.
+        core_known = status.run_id in self._core_seen and tree.api_server_alive
+        return {"pids": tree.pids,
+                "engine_core_alive": tree.engine_core_alive if core_known else None,
+                "engine_processes": tree.processes, "engine_rss_bytes": tree.rss_bytes,
+                "engine_pss_bytes": self._pss[2] if self._pss else None,
+                "api_server_rss_bytes": tree.api_server_rss_bytes,
+                "engine_core_rss_bytes": tree.engine_core_rss_bytes,
+                "engine_workers_rss_bytes": tree.workers_rss_bytes,
+                "engine_cpu_seconds_total": tree.cpu_seconds}
 
     def _start_progress(self, status: EngineStatus, log_lines: list[str],
                         fields: dict[str, Any], window: Window) -> dict[str, Any]:

@@ -8,7 +8,9 @@ and PSI are the memory signals that work there (DESIGN.md, "Facts").
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -110,7 +112,9 @@ class HostReader:
         self.meminfo = meminfo
         self.psi = psi
         self._psi_missing_logged = False
-        psutil.cpu_percent(interval=None)      # prime: the first call has no interval
+        self._failing: set[str] = set()
+        with contextlib.suppress(OSError, psutil.Error):
+            psutil.cpu_percent(interval=None)  # prime: the first call has no interval
 
     def read(self) -> dict[str, float | int | None]:
         """All ``HOST_FIELDS``. A source that cannot be read leaves its fields None."""
@@ -126,14 +130,27 @@ class HostReader:
                 logger.info("no memory PSI (%s: %s): the pressure guard sees unknown",
                             self.psi, exc.strerror or exc)
                 self._psi_missing_logged = True
-        out["host_cpu_usage_ratio"] = psutil.cpu_percent(interval=None) / 100.0
-        out["host_load1"] = psutil.getloadavg()[0]
+        out["host_cpu_usage_ratio"] = self._psutil("cpu", lambda: psutil.cpu_percent(
+            interval=None) / 100.0)
+        out["host_load1"] = self._psutil("load", lambda: psutil.getloadavg()[0])
         read_temps = getattr(psutil, "sensors_temperatures", None)   # Linux/FreeBSD only
-        try:
-            out["host_temperature_c"] = hottest_soc_c(read_temps() if read_temps else {})
-        except OSError as exc:
-            logger.debug("no hwmon temperatures: %s", exc)
+        out["host_temperature_c"] = self._psutil("temperature", lambda: hottest_soc_c(
+            read_temps() if read_temps else {}))
         return out
+
+    def _psutil(self, what: str, read: Callable[[], float | None]) -> float | None:
+        """``read()``, or None (unknown) when /proc or /sys cannot be read now: psutil
+        opens a file per call, which fails with EMFILE under a connection flood (issue
+        34: the tick died of ``cpu_percent``) or ENOMEM; logged once per run of errors."""
+        try:
+            value = read()
+        except (OSError, psutil.Error) as exc:
+            if what not in self._failing:
+                logger.warning("host %s unknown: %s", what, exc)
+            self._failing.add(what)
+            return None
+        self._failing.discard(what)
+        return value
 
 
 def processes_rss_bytes() -> int | None:
@@ -148,6 +165,6 @@ def processes_rss_bytes() -> int | None:
             mem = proc.info.get("memory_info")
             if mem is not None:
                 total += mem.rss
-    except OSError:
+    except (OSError, psutil.Error):
         return None
     return total

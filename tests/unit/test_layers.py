@@ -20,7 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "agent_supervisor"
 BASE = frozenset({"__init__", "errors", "states", "policy", "policy_guards", "policy_gateway",
                   "policy_nodes", "policy_container",
                   "policy_base", "policy_holder", "policy_yaml", "policy_thresholds", "policy_spec",
-                  "policy_paths", "privacy", "serve", "engine_flags", "resources"})
+                  "policy_paths", "privacy", "serve", "serve_limits", "engine_flags",
+                  "resources"})
 #: The floors, lowest first: each may import the base and the floors below it.
 FLOORS = ("telemetry", "sense", "decide", "act", "record", "show")
 #: Beside the floors: what each may import besides the base.
