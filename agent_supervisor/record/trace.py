@@ -206,10 +206,16 @@ def _check_sample(rec: dict[str, Any]) -> None:
         raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    # The values as validated ("1.5" -> 1.5), so replay compares numbers with numbers.
+    # The values as validated ("1.5" -> 1.5), so replay compares numbers with numbers;
+    # still in the JSON form Sample.from_dict reads: the state as its string, the worker
+    # nodes as mappings (issue 29: NodeSample objects here broke every two-node replay).
     for name in fields:
         value = getattr(sample, name)
-        rec[name] = str(value) if isinstance(value, EngineState) else value
+        if isinstance(value, EngineState):
+            value = str(value)
+        elif name == "nodes" and value is not None:
+            value = [node.to_dict() for node in value]
+        rec[name] = value
 
 
 def _check_baselines(value: Any) -> None:

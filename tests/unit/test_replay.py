@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,8 +13,9 @@ from agent_supervisor.decide.replay import replay
 from agent_supervisor.policy import load_policy_file
 from agent_supervisor.record.trace import TraceWriter, read_trace
 from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.node_sample import NodeSample
 from agent_supervisor.telemetry.sample import Sample
-from tests.unit.scenario import POLICY
+from tests.unit.scenario import POLICY, POLICY_YAML
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 
@@ -115,3 +117,56 @@ def test_issue_17_a_bad_line_is_reported_with_its_number(tmp_path: Path, capsys,
     rc, err = _replay_cli(path, capsys)
     assert rc == 2 and err.startswith(f"error: {path}:6: ") and reason in err, err
     assert "Traceback" not in err
+
+
+# -- issue 29: a trace whose samples carry worker-node parts ------------------------------
+
+TWO_NODES = POLICY_YAML.replace(
+    "engine: {executable: vllm}",
+    "engine: {executable: vllm, nodes: [{name: spark-1, address: 10.0.0.1},"
+    " {name: spark-2, address: 10.0.0.2}], distributed: {agent_token_file: agent.token}}")
+
+
+def _node(t: float, available_gib: float, **rank: Any) -> NodeSample:
+    return NodeSample(name="spark-2", address="10.0.0.2", age_seconds=0.2, wall_s=1e9 + t,
+                      mem_total_bytes=128 * 2**30, mem_available_bytes=int(available_gib * 2**30),
+                      rank_run_id="r1", kernel_events=(), **{"rank_state": "running", **rank})
+
+
+def test_issue_29_a_two_node_trace_the_service_wrote_replays(tmp_path: Path, capsys) -> None:
+    # Written as the live service writes it (runtime/tick.py): each sample, then the
+    # decision taken on it; the worker's agent kills its rank at the floor at t=20.
+    from agent_supervisor.decide.decide import decide
+    from agent_supervisor.decide.ladder import LadderState, advance
+    from agent_supervisor.policy import load_policy
+    from agent_supervisor.show.timeline import replay_command
+    from agent_supervisor.telemetry.window import Window
+
+    policy = load_policy(TWO_NODES)
+    path = tmp_path / "two-nodes.trace.jsonl"
+    w = TraceWriter(path)
+    w.header(fleet="t", t0_s=0.0, baselines={})
+    window, ladder = Window(policy.sampling.window_seconds), LadderState.initial(policy)
+    for t in range(25):
+        node = _node(t, 40.0) if t < 20 else _node(
+            t, 1.0, rank_state="killed", rank_killed_reason="memory_floor", rank_exit_signal=9,
+            rank_kill_evidence={"mem_available_bytes": [2**30, 2**30]})
+        sample = Sample(t_s=float(t), engine_state=EngineState.READY, engine_run_id="r1",
+                        engine_rung=0, engine_state_since_s=0.0, requests_running=1,
+                        nodes=(node,))
+        w.sample(sample)
+        window.append(sample)
+        d = decide(window, ladder, policy, float(t))
+        w.decision(float(t), d)
+        ladder = advance(ladder, d, policy, float(t))
+    w.close()
+    assert '"nodes":[{"name":"spark-2"' in path.read_text()
+
+    rc = replay_command(path, policy, as_json=True, show_all=False)
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, "")           # every decision as live; no traceback
+    acted = [json.loads(line) for line in out.splitlines()]
+    assert [(a["action"], a["t_s"], a["matches_live"]) for a in acted] == [
+        ("kill_now", 20.0, True)]
+    assert acted[0]["findings"][0]["kind"] == "node_memory_floor"
+    assert "spark-2" in acted[0]["explanation"]
