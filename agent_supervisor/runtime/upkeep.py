@@ -13,12 +13,13 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.logfiles import rotate_engine_logs
 from agent_supervisor.errors import StoreError
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.record.records import AddTelemetry, ServiceHeartbeat, TelemetryPoint
-from agent_supervisor.record.retention import run_retention
+from agent_supervisor.record.retention import HOLD_FRACTION, HOLD_MIN_ROWS, run_retention
 from agent_supervisor.record.telemetry import telemetry_point
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
@@ -51,6 +52,7 @@ class Upkeep:
         self.ladder = ladder
         self._service_run_id = service_run_id
         self._telemetry_buffer: list[TelemetryPoint] = []
+        self._retention_held_recorded = False
 
     def jobs(self) -> list[tuple[Callable[[], Awaitable[None]], float]]:
         """(job, interval in seconds) for each job, as the policy sets them now."""
@@ -95,7 +97,9 @@ class Upkeep:
             self._telemetry_buffer.clear()
 
     async def retention(self) -> None:
-        """Fold and delete old rows (``storage.*_retention_days``)."""
+        """Fold and delete old rows (``storage.*_retention_days``). A step held by
+        retention's bound (most of a table at once: a clock jump, issue 34) is recorded
+        as a ``retention_held`` incident, once per life; every held run logs a warning."""
         st = self._policy.current.storage
         try:
             counts = await asyncio.to_thread(
@@ -108,6 +112,20 @@ class Upkeep:
             return
         if any(counts.values()):
             logger.info("retention: %s", counts)
+        held = {k.removesuffix("_held"): v for k, v in counts.items() if k.endswith("_held")}
+        if held and not self._retention_held_recorded:
+            self._retention_held_recorded = True
+            policy = self._policy.current
+            rows = ", ".join(f"{n} {name}" for name, n in held.items())
+            self.recorder.incident(Incident(
+                kind="retention_held", severity="warning", started_at=datetime.now(UTC),
+                action="keep_rows", mode=policy.modes[self.ladder.rung].name,
+                rung=self.ladder.rung, outcome="rows kept",
+                explanation=f"retention kept rows it would have deleted at once ({rows}): "
+                            "most of a table looked old, as after a forward clock jump; "
+                            "check the clock (timedatectl)",
+                findings=[{"held_rows": held, "now": datetime.now(UTC).isoformat(),
+                           "hold_fraction": HOLD_FRACTION, "hold_min_rows": HOLD_MIN_ROWS}]))
 
     async def rotate_logs(self) -> None:
         """Rotate the engine's log files (``storage.engine_log_max_bytes``, ``_keep``)."""

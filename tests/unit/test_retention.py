@@ -61,6 +61,11 @@ def test_retention_folds_and_deletes(url: str) -> None:
                    log_path="", started_at=old))
     life = start_service_run(store=a, boot_id="x", started_at=old)
     stop_service_run(store=a, service_run_id=life.service_run_id, at=old, exit_code=0)
+    # A row is judged against the newest of its kind as well as the clock (issue 34):
+    # the newer run and life make the old ones old.
+    a.apply(AddRun(run_id="new-open", mode="fast", rung=0, argv=[], pid=3, port=1,
+                   log_path="", started_at=recent))
+    start_service_run(store=a, boot_id="y", started_at=recent)
     with a.session() as s:
         s.add(AppliedRecordRow(key="old-key", kind="add_run", applied_at=NOW - timedelta(
             days=31)))
@@ -83,7 +88,7 @@ def test_retention_folds_and_deletes(url: str) -> None:
     assert len(telemetry(store=other, since=two_days, resolution_seconds=10)) == 24  # fleet g
     assert [i.kind for i in a.incidents()] == ["recent"]
     assert len(other.incidents()) == 2 and len(other.transitions()) == 1
-    assert [r.run_id for r in a.runs()] == ["old-open"]
+    assert sorted(r.run_id for r in a.runs()) == ["new-open", "old-open"]
     assert run_retention(store=a, now=NOW) == dict.fromkeys(counts, 0)
     with a.session() as s:
         assert s.scalar(select(func.count()).select_from(IncidentRow)) == 3
@@ -94,10 +99,12 @@ def test_retention_folds_and_deletes(url: str) -> None:
 def test_retention_periods_are_arguments(url: str) -> None:
     store = Store.open(url, fleet="f", host="h")
     store.apply(AddIncident(incident=incident(NOW - timedelta(days=3))))
+    store.apply(AddIncident(incident=incident(NOW, "now")))
     add_telemetry(store=store, points=fine_rows(NOW - timedelta(days=3), 6))
+    add_telemetry(store=store, points=fine_rows(NOW, 1))
     counts = run_retention(store=store, now=NOW, telemetry_retention_days=2,
                            incident_retention_days=2)
     assert (counts["telemetry_folded"], counts["telemetry_deleted"],
             counts["incidents_deleted"]) == (6, 2, 1)   # 12:00:30-12:01:20: 2 minutes
-    assert store.incidents() == []
+    assert [i.kind for i in store.incidents()] == ["now"]
     store.close()
