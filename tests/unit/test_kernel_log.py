@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_supervisor.sense import kernel_log
+from agent_supervisor.sense.kernel_lines import strip_log_prefix
 from agent_supervisor.sense.kernel_log import (
     KernelEvent,
     KernelLogFollower,
@@ -75,9 +76,14 @@ def test_gb10_xid_form() -> None:
     assert (event.code, event.pid, event.process) == (43, 74059, "train_gpt2_bf16")
 
 
-@pytest.mark.parametrize("line", NO_MEMORY)
+@pytest.mark.parametrize("line", NO_MEMORY[:3])
 def test_real_nv_err_no_memory_lines(line: str) -> None:
     assert classify_kernel_line(line) == KernelEvent(kind="nv_err_no_memory", message=line)
+
+
+def test_the_second_half_of_a_wrapped_record_is_not_a_kernel_message() -> None:
+    """Issue 34: patterns are anchored at the message start; no message starts "(0x..."."""
+    assert classify_kernel_line(NO_MEMORY[3]) is None
 
 
 @pytest.mark.parametrize(("line", "expected"), list(zip(OOM, OOM_EXPECTED, strict=True)))
@@ -110,17 +116,28 @@ KMSG_EXPECTED = [
     (7, 399, "e820: update [mem 0x00000000-0x00000fff] usable ==> reserved"),
     (6, 586, "x86/PAT: Configuration [0-7]: WB  WC  UC- UC  WB  WP  UC- WT  "),
     (6, 239387, r"rcu: \x09RCU restricting CPUs from NR_CPUS=256 to nr_cpu_ids=2."),
-    (6, 298319, "acpi PNP0A08:00: _OSC: OS supports [ExtendedConfig ASPM ClockPM Segments MSI "
-     "HPX-Type3]"),
+    (
+        6,
+        298319,
+        "acpi PNP0A08:00: _OSC: OS supports [ExtendedConfig ASPM ClockPM Segments MSI HPX-Type3]",
+    ),
     (6, 298656, "pci 0000:00:00.0: [8086:0d57] type 00 class 0x060000 conventional PCI endpoint"),
     (4, 360258, "software IO TLB: No low mem"),
     (5, 419555, "virtio_blk virtio1: [vda] 536870912 512-byte logical blocks (275 GB/256 GiB)"),
-    (4, 423058, r"amd_pstate: The CPPC feature is supported but currently disabled by the BIOS."
-     r"\x0aPlease enable it if your BIOS has the CPPC option."),
+    (
+        4,
+        423058,
+        r"amd_pstate: The CPPC feature is supported but currently disabled by the BIOS."
+        r"\x0aPlease enable it if your BIOS has the CPPC option.",
+    ),
     (7, 467674, "  with arguments:"),
     (5, 1301878, "random: crng reseeded due to virtual machine fork"),
-    (6, 1392046, "EXT4-fs (vda): mounted filesystem 00000000-0000-0000-0000-000000000000 r/w "
-     "without journal. Quota mode: none."),
+    (
+        6,
+        1392046,
+        "EXT4-fs (vda): mounted filesystem 00000000-0000-0000-0000-000000000000 r/w "
+        "without journal. Quota mode: none.",
+    ),
 ]
 
 
@@ -138,15 +155,29 @@ def test_parse_the_abi_documents_examples() -> None:
         " SUBSYSTEM=acpi\n DEVICE=+acpi:PNP0A03:00\n"
     ) == (7, 0.424069, "pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)")
     assert parse_kmsg_record("6,339,5140900,-;NET: Registered protocol family 10\n") == (
-        6, 5.1409, "NET: Registered protocol family 10")
+        6,
+        5.1409,
+        "NET: Registered protocol family 10",
+    )
     assert parse_kmsg_record("30,340,5690716,-;udevd[80]: starting version 181\n") == (
-        6, 5.690716, "udevd[80]: starting version 181")
+        6,
+        5.690716,
+        "udevd[80]: starting version 181",
+    )
 
 
 @pytest.mark.parametrize(
     "raw",
-    [" SUBSYSTEM=acpi", " DEVICE=+acpi:PNP0A08:00\n", "", "garbage", ";", "6,1;x", "a,b,c,-;x",
-     "[ 4274.089861] fovo.local kernel: ACPI: EC: interrupt blocked"],
+    [
+        " SUBSYSTEM=acpi",
+        " DEVICE=+acpi:PNP0A08:00\n",
+        "",
+        "garbage",
+        ";",
+        "6,1;x",
+        "a,b,c,-;x",
+        "[ 4274.089861] fovo.local kernel: ACPI: EC: interrupt blocked",
+    ],
 )
 def test_non_records_come_back_whole(raw: str) -> None:
     assert parse_kmsg_record(raw) == (None, None, raw)
@@ -169,6 +200,7 @@ def test_parsers_never_raise(text: str) -> None:
 
 # --- KernelLogFollower on real files, FIFOs and a child process -------------------------------
 
+
 def kmsg(seq: int, usec: int, message: str, level: int = 4) -> bytes:
     """A /dev/kmsg record around a real message (framing reconstructed from the ABI doc)."""
     return f"{level},{seq},{usec},-;{message}\n".encode()
@@ -185,13 +217,14 @@ def test_follower_reads_only_new_records_of_a_file(tmp_path: Path) -> None:
             out.write((FIXTURES / "kmsg_records.txt").read_bytes())
             out.write(kmsg(500, 4_600_101_234, XID[4]))
             out.write(kmsg(501, 4_601_000_567, NO_MEMORY[0]))
-            out.write(kmsg(502, 4_602_250_000, OOM[2][OOM[2].index("Out of memory"):], level=3))
+            out.write(kmsg(502, 4_602_250_000, OOM[2][OOM[2].index("Out of memory") :], level=3))
         events = follower.poll()
         assert events == [
             KernelEvent("xid", XID[4], 43, 74059, "train_gpt2_bf16", 4600.101234),
             KernelEvent("nv_err_no_memory", NO_MEMORY[0], monotonic_s=4601.000567),
-            KernelEvent("oom_kill", OOM[2][OOM[2].index("Out of memory"):], None, 15784,
-                        "python3", 4602.25),
+            KernelEvent(
+                "oom_kill", OOM[2][OOM[2].index("Out of memory") :], None, 15784, "python3", 4602.25
+            ),
         ]
         assert follower.poll() == []
     finally:
@@ -210,12 +243,12 @@ def test_follower_on_a_fifo_never_blocks_and_joins_split_records(tmp_path: Path)
         writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
         try:
             assert follower.poll() == []  # a writer, no data
-            record = kmsg(7, 2_500_000, XID[11])
+            record = kmsg(7, 2_500_000, strip_log_prefix(XID[11]))  # the kernel's message
             os.write(writer, record[:40])
             assert follower.poll() == []  # half a record waits for the rest
             os.write(writer, record[40:])
             assert follower.poll() == [
-                KernelEvent("xid", XID[11], 119, 11431, "gpu-feature-dis", 2.5)
+                KernelEvent("xid", strip_log_prefix(XID[11]), 119, 11431, "gpu-feature-dis", 2.5)
             ]
         finally:
             os.close(writer)
@@ -225,11 +258,15 @@ def test_follower_on_a_fifo_never_blocks_and_joins_split_records(tmp_path: Path)
         follower.close()
 
 
-def test_epipe_is_skipped_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_epipe_is_skipped_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """/dev/kmsg returns EPIPE once when records were overwritten, then reads on."""
-    replies: list[bytes | BaseException] = [BrokenPipeError(), kmsg(9, 3_000_000, OOM[4]),
-                                            BlockingIOError()]
+    replies: list[bytes | BaseException] = [
+        BrokenPipeError(),
+        kmsg(9, 3_000_000, strip_log_prefix(OOM[4])),
+        BlockingIOError(),
+    ]
 
     def fake_read(fd: int, size: int) -> bytes:
         reply = replies.pop(0)
@@ -272,17 +309,27 @@ def poll_until(follower: KernelLogFollower, count: int) -> list[KernelEvent]:
 
 
 def test_falls_back_to_journalctl(tmp_path: Path) -> None:
-    recorded = FIXTURES / "journalctl_k_short_monotonic.txt"
+    """journalctl -k -o json: only entries with _TRANSPORT=kernel and SYSLOG_FACILITY=0
+    count (entries 2 and 4 of the fixture are a user's fake Xid); stamps from
+    _SOURCE_MONOTONIC_TIMESTAMP."""
+    recorded = FIXTURES / "journalctl_k_json.txt"
     script = fake_journalctl(tmp_path, f'cat "{recorded}"\nexec sleep 60')
     follower = KernelLogFollower(kmsg_path=str(tmp_path / "missing"), journalctl=str(script))
+    named_like_xid = (
+        "Memory cgroup out of memory: Killed process 7829 (Xid (PCI:0): 79) "
+        "total-vm:82312kB, anon-rss:65280kB, file-rss:6800kB, shmem-rss:0kB, "
+        "UID:0 pgtables:200kB oom_score_adj:0"
+    )
     try:
         assert follower.start() == "journalctl"
-        events = poll_until(follower, 3)
+        events = poll_until(follower, 4)
         assert events == [
             KernelEvent("xid", XID[4], 43, 74059, "train_gpt2_bf16", 4600.101234),
             KernelEvent("nv_err_no_memory", NO_MEMORY[0], monotonic_s=4601.000567),
-            KernelEvent("oom_kill", OOM[2][OOM[2].index("Out of memory"):], None, 15784,
-                        "python3", 4602.25),
+            KernelEvent(
+                "oom_kill", OOM[2][OOM[2].index("Out of memory") :], None, 15784, "python3", 4602.25
+            ),
+            KernelEvent("oom_kill", named_like_xid, None, 7829, "Xid (PCI:0): 79", 4603.0),
         ]
         assert (tmp_path / "args").read_text().split() == list(kernel_log.JOURNALCTL_ARGS)
         proc = follower._proc
@@ -317,8 +364,9 @@ def test_journalctl_that_exits_makes_the_source_unavailable(
 def test_nothing_readable_is_unavailable_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    follower = KernelLogFollower(kmsg_path=str(tmp_path / "missing"),
-                                 journalctl=str(tmp_path / "no-journalctl"))
+    follower = KernelLogFollower(
+        kmsg_path=str(tmp_path / "missing"), journalctl=str(tmp_path / "no-journalctl")
+    )
     with caplog.at_level(logging.DEBUG, logger="agent_supervisor.sense.kernel_log"):
         assert follower.start() == "unavailable"
         assert follower.poll() == []
@@ -353,7 +401,7 @@ def test_issue_12_a_gpu_that_fell_off_the_bus_is_an_event_with_or_without_an_xid
     gone = lines("gpu_lost.txt")
     for line in (gone[0], gone[1], gone[3]):
         assert classify_kernel_line(line) == KernelEvent(kind="gpu_lost", message=line)
-    assert classify_kernel_line(gone[2]) is None      # the banner naming the GPU only
+    assert classify_kernel_line(gone[2]) is None  # the banner naming the GPU only
 
 
 def test_issue_12_xid_154_carries_the_drivers_recovery_action() -> None:
@@ -362,4 +410,4 @@ def test_issue_12_xid_154_carries_the_drivers_recovery_action() -> None:
     assert (reset.code, reset.recovery_action) == (154, "GPU Reset Required")
     assert reboot.recovery_action == "Node Reboot Required"
     assert none.recovery_action == "None"
-    assert classify_kernel_line(XID[9]).recovery_action is None     # an Xid 79 has none
+    assert classify_kernel_line(XID[9]).recovery_action is None  # an Xid 79 has none
