@@ -5,7 +5,8 @@ engine and the gateway process running for the next life to adopt (an upgrade: s
 the new build after it). Exit status: ``Supervisor.run``'s
 (0 clean, 1 gave up, 2 a listener could not bind); 2 as well, with the holder's PID,
 when another supervisor already runs with this policy's state directory (nothing is
-recorded then).
+recorded then). A SQLite record that is not a database is moved aside and the service
+runs on a fresh one, with a ``record_corrupt`` incident (``record/corrupt.py``, issue 34).
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ import logging
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_supervisor import __version__
+from agent_supervisor.act.incident import Incident
 from agent_supervisor.commands.common import EXIT_USAGE, open_store
-from agent_supervisor.errors import AlreadyRunning
+from agent_supervisor.errors import AlreadyRunning, StoreError
 from agent_supervisor.policy import Policy, load_policy_file
+from agent_supervisor.record.corrupt import is_corrupt, move_aside, sqlite_file
+from agent_supervisor.record.store import Store
+from agent_supervisor.runtime.lock import InstanceLock
 
-__all__ = ["main", "run_service"]
+__all__ = ["main", "open_or_move_aside", "run_service"]
 
 logger = logging.getLogger("agent_supervisor")
 
@@ -35,9 +41,15 @@ async def run_service(policy: Policy, trace: Path | None = None,
     from agent_supervisor.service import Supervisor
 
     os.umask(0o077)   # issue 17: database, WAL, logs, spool, traces 0600, directories 0700
-    store = await asyncio.to_thread(open_store, policy)
+    try:
+        store, corrupt = await asyncio.to_thread(open_or_move_aside, policy)
+    except AlreadyRunning as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         sup = Supervisor(policy, store, trace_path=trace, policy_path=policy_path)
+        if corrupt is not None:
+            sup.recorder.incident(corrupt)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, sup.request_stop, f"{signal.Signals(sig).name} received")
@@ -60,6 +72,41 @@ async def run_service(policy: Policy, trace: Path | None = None,
             return EXIT_USAGE
     finally:
         store.close()
+
+
+def open_or_move_aside(policy: Policy) -> tuple[Store, Incident | None]:
+    """The policy's store, and None; or, when its SQLite file is not a usable database
+    (``record.corrupt.is_corrupt``), a fresh store after moving the file aside, and the
+    ``record_corrupt`` incident to record. The file is moved only while this process
+    holds the state directory's lock (released before returning: ``Supervisor.run``
+    takes it again).
+
+    Raises: StoreError (any other failure, or a fresh database that fails too);
+    AlreadyRunning when another supervisor holds the lock (the file is left alone);
+    OSError when the rename is refused."""
+    try:
+        return open_store(policy), None
+    except StoreError as exc:
+        path = sqlite_file(policy.database_url)
+        if path is None or not path.exists() or not is_corrupt(exc):
+            raise
+        error = str(exc)
+    lock = InstanceLock(policy.state_directory)
+    lock.acquire()
+    try:
+        now = datetime.now(UTC)
+        moved = move_aside(path, now=now)
+        logger.error("the record %s is not a usable database (%s): moved aside to %s; "
+                     "supervising on a fresh one", path, error, moved)
+        store = open_store(policy)
+    finally:
+        lock.release()
+    return store, Incident(
+        kind="record_corrupt", severity="critical", started_at=now, action="move_aside",
+        outcome="a fresh database", findings=[{"path": str(path), "moved_to": str(moved),
+                                               "error": error}],
+        explanation=f"the record {path} was not a usable database; moved aside to "
+                    f"{moved} (earlier incidents are there), supervising on a fresh one")
 
 
 def main(args: argparse.Namespace) -> int:
