@@ -34,6 +34,7 @@ from agent_supervisor.sense.names import (
     SPEC_ACCEPTED_PER_POSITION,
     Aggregate,
 )
+from agent_supervisor.telemetry.engine_series import ENGINE_SERIES
 
 __all__ = ["LLAMA_CPP_METRICS", "EngineProfile", "profile_for"]
 
@@ -75,6 +76,9 @@ class EngineProfile:
     log_tags: tuple[str, ...] = ()
     """The ``engine_log`` tags this engine's own lines carry (the table is shared: no
     engine's pattern matches another's lines; tests/unit/test_engine_profiles.py)."""
+    series: frozenset[str] = frozenset()
+    """The Sample fields this engine's ``/metrics`` fills on every build
+    (``agent_supervisor.telemetry.engine_series``): what ``telemetry_health`` expects."""
 
 
 _PROFILES = {
@@ -84,12 +88,14 @@ _PROFILES = {
         log_tags=("cuda_illegal_memory_access", "device_side_assert", "engine_dead",
                   "worker_died", "rpc_timeout", "structured_output_fsm", "out_of_memory",
                   "insufficient_memory_at_startup", "bad_argument", "model_not_found",
-                  "container_refused")),
+                  "container_refused"),
+        series=ENGINE_SERIES["vllm"]),
     "llama_cpp": EngineProfile(
         "llama_cpp", flag_rules("llama_cpp"), LLAMA_CPP_METRICS,
         "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", loop_probe_path="/slots",
         log_tags=("ggml_assert", "out_of_memory",
-                  "bad_argument", "model_not_found", "container_refused")),
+                  "bad_argument", "model_not_found", "container_refused"),
+        series=ENGINE_SERIES["llama_cpp"]),
 }
 
 
