@@ -7,6 +7,12 @@ never waits on a node: ``snapshot(now_s)`` hands the last answers with their age
 frozen worker (an agent that accepts the connection and never answers) shows as a growing
 age, never as a late tick. The node's clock is compared with the head's at the middle of
 the request (``clock_skew_seconds``).
+
+No answer can end polling or make a tick raise (issue 34): each answer is read up to
+``MAX_ANSWER_BYTES`` within ``poll_timeout_seconds`` in total (a trickle does not extend
+it) and validated by ``parse_node_answer``; a refused answer, ``{"sample": null}`` (an agent
+before its first sample) included, is logged and kept as that node's error for the tick,
+its last good values ageing as usual. The loop itself survives any exception of a poll.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -23,6 +30,7 @@ import httpx
 from agent_supervisor.policy import Policy
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.policy_nodes import NodeSpec, agent_token
+from agent_supervisor.sense.node_answer import MAX_ANSWER_BYTES, NodeAnswerError, parse_node_answer
 from agent_supervisor.telemetry.node_sample import NodeSample
 
 __all__ = ["NodePoller", "agent_url"]
@@ -40,8 +48,9 @@ class NodePoller:
     """Polls the worker nodes' agents. ``await start()``, ``snapshot(now_s)`` each tick,
     ``await close()``. ``clock`` is the head's monotonic clock (tests pass their own)."""
 
-    def __init__(self, policy: Policy | PolicyHolder, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, policy: Policy | PolicyHolder, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._policy = PolicyHolder.of(policy)
         self._clock = clock
         self._last: dict[str, tuple[float, NodeSample]] = {}
@@ -64,14 +73,18 @@ class NodePoller:
         """Read the token, open the client, poll once, then keep polling in the background."""
         self.token = agent_token(self.policy)
         self._http = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {self.token}"} if self.token else {})
+            headers={"Authorization": f"Bearer {self.token}"} if self.token else {}
+        )
         await self.poll()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
         while True:
             began = self._clock()
-            await self.poll()
+            try:
+                await self.poll()
+            except Exception:  # a poll must never end polling
+                logger.exception("node poller: a poll failed; polling goes on")
             period = self.policy.sampling.tick_seconds
             await asyncio.sleep(max(0.05, period - (self._clock() - began)))
 
@@ -80,28 +93,61 @@ class NodePoller:
         await asyncio.gather(*(self._poll_one(n) for n in self.workers))
 
     async def _poll_one(self, node: NodeSpec) -> None:
-        assert self._http is not None
+        try:
+            await self._ask(node)
+        except Exception as exc:  # one node's answer never ends the poll
+            logger.debug("node %s: unexpected error", node.name, exc_info=True)
+            self._note(node, f"unexpected {type(exc).__name__} reading the agent's answer")
+
+    async def _ask(self, node: NodeSpec) -> None:
         timeout = self.policy.engine.distributed.poll_timeout_seconds
         sent_wall = time.time()
         try:
-            res = await self._http.get(f"{agent_url(node)}/v1/node/sample", timeout=timeout)
+            async with asyncio.timeout(timeout):
+                status, body = await self._fetch(node, timeout)
+        except TimeoutError:
+            self._note(node, f"no whole answer within {timeout:g} s")
+            return
         except httpx.HTTPError as exc:
             self._note(node, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             return
         got_wall = time.time()
-        if res.status_code != 200:
-            self._note(node, f"HTTP {res.status_code} from the agent")
+        if status != 200:
+            self._note(node, f"HTTP {status} from the agent")
             return
         try:
-            body = res.json()
-            sample = NodeSample.from_dict(body["sample"])
-            skew = float(body["agent_wall_s"]) - (sent_wall + got_wall) / 2
-        except (ValueError, KeyError, TypeError) as exc:
+            if body is None:
+                raise NodeAnswerError(f"answer over {MAX_ANSWER_BYTES} bytes")
+            sample, agent_wall = parse_node_answer(body)
+        except NodeAnswerError as exc:
             self._note(node, f"bad answer from the agent: {exc}")
             return
+        if sample is None:
+            self._note(node, "the agent has no sample yet")
+            return
+        skew = agent_wall - (sent_wall + got_wall) / 2
         self._errors.pop(node.name, None)
-        self._last[node.name] = (self._clock(), dataclasses.replace(
-            sample, clock_skew_seconds=round(skew, 3)))
+        self._last[node.name] = (
+            self._clock(),
+            dataclasses.replace(
+                sample, clock_skew_seconds=round(skew, 3) if math.isfinite(skew) else None
+            ),
+        )
+
+    async def _fetch(self, node: NodeSpec, timeout: float) -> tuple[int, bytes | None]:
+        """(status, body) of one request; body None when it grew past MAX_ANSWER_BYTES."""
+        assert self._http is not None
+        url = f"{agent_url(node)}/v1/node/sample"
+        async with self._http.stream("GET", url, timeout=timeout) as res:
+            if res.status_code != 200:
+                return res.status_code, b""
+            chunks, size = [], 0
+            async for chunk in res.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    return res.status_code, None
+                chunks.append(chunk)
+            return res.status_code, b"".join(chunks)
 
     def _note(self, node: NodeSpec, error: str) -> None:
         if self._errors.get(node.name) != error:
@@ -118,8 +164,9 @@ class NodePoller:
                 out.append(NodeSample(name=node.name, address=node.address, error=error))
                 continue
             at, sample = self._last[node.name]
-            out.append(dataclasses.replace(sample, age_seconds=round(max(0.0, now_s - at), 3),
-                                           error=error))
+            out.append(
+                dataclasses.replace(sample, age_seconds=round(max(0.0, now_s - at), 3), error=error)
+            )
         return tuple(out)
 
     async def close(self) -> None:
