@@ -32,7 +32,7 @@ from pydantic import (
 
 from agent_supervisor.engine_flags import EngineKind, flag_rules
 from agent_supervisor.errors import PolicyError
-from agent_supervisor.policy_base import POLICY_CONFIG
+from agent_supervisor.policy_base import MAX_SECONDS, POLICY_CONFIG, Delay, Seconds
 from agent_supervisor.policy_container import ContainerSpec, check_runtime
 from agent_supervisor.policy_guards import (
     AdminSpec,
@@ -95,14 +95,14 @@ class EngineSpec(_Model):
     working_directory: str = "."
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    start_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    start_timeout_seconds: Seconds = 300.0
     """From launch to ``/health`` 200; past it the start counts as failed."""
-    shutdown_timeout_seconds: Annotated[int, Field(ge=0)] = 30
+    shutdown_timeout_seconds: Annotated[int, Field(ge=0, le=MAX_SECONDS)] = 30
     """Passed as vLLM's ``--shutdown-timeout``: on SIGTERM it drains in-flight requests
     for up to this long."""
-    stop_grace_seconds: Annotated[float, Field(ge=0)] = 10.0
+    stop_grace_seconds: Delay = 10.0
     """Extra wait after ``shutdown_timeout_seconds`` before SIGKILL to the whole group."""
-    kill_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    kill_timeout_seconds: Seconds = 10.0
     """How long every process of the group gets to vanish after SIGKILL."""
     nodes: list[NodeSpec] = []     # one engine across boxes, the head first (policy_nodes)
     distributed: DistributedSpec = DistributedSpec()

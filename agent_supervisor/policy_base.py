@@ -5,6 +5,12 @@
 of ``policy.py``, ``policy_guards.py``, ``policy_thresholds.py`` and ``policy_gateway.py``
 uses it, so no section can forget one of the three (the gateway's sections had let
 ``inf`` through).
+
+Every number a policy sets has an upper bound as well (issue 34: ``heartbeat_seconds:
+1e12`` passed validation, then overflowed the scheduler at ``supervisor run`` with a
+traceback and left the gateway running). The maxima are far above any sensible value
+and far below what breaks a timer or a loop; tests/unit/test_issue_34_policy_bounds.py
+checks that no numeric field of the policy is left without one.
 """
 
 from __future__ import annotations
@@ -13,11 +19,38 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-__all__ = ["POLICY_CONFIG", "GiB", "Ratio", "Seconds"]
+__all__ = [
+    "MAX_BYTES", "MAX_COUNT", "MAX_DAYS", "MAX_SECONDS", "MAX_TOKENS", "POLICY_CONFIG",
+    "Bytes", "Count", "CountOrZero", "Days", "Delay", "GiB", "Ratio", "Seconds", "Tokens",
+]
 
 GiB = 1024**3
-#: A duration in seconds, > 0.
-Seconds = Annotated[float, Field(gt=0)]
+#: The longest duration a policy may set: 7 days (604,800 s). The longest defaults are
+#: a day (``downsample_after_seconds``, ``failed_rung_backoff_max_seconds``).
+MAX_SECONDS = 7 * 86_400
+#: The longest retention: ten years.
+MAX_DAYS = 3650
+#: The largest count (requests, connections, retries, samples, lines, drafts): a million.
+MAX_COUNT = 1_000_000
+#: The largest token count: a hundred million (a context is at most a few million).
+MAX_TOKENS = 100_000_000
+#: The largest size in bytes: 1 PiB (a GB10 box has 128 GiB).
+MAX_BYTES = 2**50
+
+#: A duration in seconds, in (0, MAX_SECONDS].
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+#: A duration in seconds that may be 0 (no wait), in [0, MAX_SECONDS].
+Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+#: A retention in days, in (0, MAX_DAYS].
+Days = Annotated[float, Field(gt=0, le=MAX_DAYS)]
+#: A count, in [1, MAX_COUNT] (narrow further with ``Annotated[Count, Field(ge=3)]``).
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+#: A count that may be 0, in [0, MAX_COUNT].
+CountOrZero = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+#: A token count, in [1, MAX_TOKENS].
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+#: A size in bytes, in [0, MAX_BYTES].
+Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
 #: A fraction in (0, 1].
 Ratio = Annotated[float, Field(gt=0, le=1)]
 

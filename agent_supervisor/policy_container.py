@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from agent_supervisor.policy_base import POLICY_CONFIG
+from agent_supervisor.policy_base import POLICY_CONFIG, Bytes
 
 __all__ = ["CONTAINER_CLIENTS", "ContainerSpec", "MountSpec", "UlimitSpec", "check_runtime",
            "container_client_in"]
@@ -68,8 +68,8 @@ class UlimitSpec(_Model):
     """One ``--ulimit NAME=SOFT:HARD``; -1 is unlimited (``memlock=-1`` for RDMA)."""
 
     name: Annotated[str, Field(pattern=r"^[a-z]+$")]
-    soft: Annotated[int, Field(ge=-1)]
-    hard: Annotated[int, Field(ge=-1)] | None = None
+    soft: Annotated[int, Field(ge=-1, le=2**62)]
+    hard: Annotated[int, Field(ge=-1, le=2**62)] | None = None
 
 
 class ContainerSpec(_Model):
@@ -98,7 +98,7 @@ class ContainerSpec(_Model):
     """Device paths or CDI names (``/dev/infiniband``, ``nvidia.com/gpu=all``)."""
     ipc_mode: Literal["private", "shareable", "host"] | None = "host"
     """``host``: vLLM's images' advice (``--ipc host``); None: the runtime's default."""
-    shm_size_bytes: Annotated[int, Field(gt=0)] | None = None
+    shm_size_bytes: Annotated[Bytes, Field(gt=0)] | None = None
     """``--shm-size`` when ``ipc_mode`` is not ``host``."""
     ulimits: list[UlimitSpec] = []
     mounts: list[MountSpec] = []

@@ -9,7 +9,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, field_validator
 
-from agent_supervisor.policy_base import POLICY_CONFIG, Seconds
+from agent_supervisor.policy_base import (
+    POLICY_CONFIG,
+    Bytes,
+    Count,
+    CountOrZero,
+    Delay,
+    Seconds,
+    Tokens,
+)
 
 __all__ = ["ApiKey", "GatewayLimits", "GatewaySpec"]
 
@@ -20,11 +28,11 @@ class _Model(BaseModel):
 class GatewayLimits(_Model):
     """Admission limits the gateway applies in a mode (None: no limit)."""
 
-    max_concurrency: Annotated[int, Field(ge=1)] | None = None
-    max_queue: Annotated[int, Field(ge=0)] | None = None
+    max_concurrency: Count | None = None
+    max_queue: CountOrZero | None = None
     queue_timeout_seconds: Seconds = 60.0
-    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_tokens_in_flight: Annotated[int, Field(ge=1)] | None = None
+    max_prompt_tokens: Tokens | None = None
+    max_tokens_in_flight: Tokens | None = None
     """Budget of prompt tokens in flight (the load-budget guard sheds above it)."""
 
 
@@ -47,7 +55,7 @@ class GatewaySpec(_Model):
     another's box); the engine then gets ``upstream_api_key_env``'s key, if set."""
     api_keys: list[ApiKey] = []
     upstream_api_key_env: str | None = None
-    drain_timeout_seconds: Annotated[float, Field(ge=0)] = 60.0
+    drain_timeout_seconds: Delay = 60.0
     """At a planned switch, in-flight requests get this long to finish before the stop."""
     hold_timeout_seconds: Seconds = 600.0
     """A request queued while the engine is switched waits at most this long."""
@@ -57,16 +65,16 @@ class GatewaySpec(_Model):
     extra_paths: list[Annotated[str, Field(pattern=r"^/[A-Za-z0-9_\-/]*[A-Za-z0-9_\-]$")]] = []
     """Paths forwarded besides the gateway's allow-list (agent_supervisor/gateway/paths.py), e.g.
     ``/v1/chat/completions/render``. Admin paths of the engine are refused even here."""
-    max_connections: Annotated[int, Field(ge=1)] = 512
+    max_connections: Count = 512
     """Open client connections at most (more are closed at once); the gateway also keeps
     below half the process's ``RLIMIT_NOFILE`` so the admin API and the engine keep fds."""
-    max_header_bytes: Annotated[int, Field(ge=1024)] = 65536
+    max_header_bytes: Annotated[Bytes, Field(ge=1024)] = 65536
     """A request's line and headers at most (bytes); more gets 431 and the connection
     closed (nginx's ``large_client_header_buffers`` is 4 x 8 KiB)."""
     header_timeout_seconds: Seconds = 10.0
     """A request's headers must arrive within this long of its first byte (or of the
     connection); else the connection is closed (nginx's ``client_header_timeout``: 60)."""
-    max_body_bytes: Annotated[int, Field(ge=1)] = 32 * 1024 * 1024
+    max_body_bytes: Annotated[Bytes, Field(ge=1)] = 32 * 1024 * 1024
     """A request body at most (bytes; 413 in the caller's API shape). 32 MiB holds a
     long-context prompt with images; nginx's ``client_max_body_size`` default is 1 MiB."""
     body_timeout_seconds: Seconds = 60.0
@@ -78,14 +86,14 @@ class GatewaySpec(_Model):
     write_timeout_seconds: Seconds = 30.0
     """A client that takes none of what waits to be sent to it for this long is cut off,
     which ends its request and frees its slot (nginx's ``send_timeout``: 60)."""
-    max_held_requests: Annotated[int, Field(ge=0)] = 1024
+    max_held_requests: CountOrZero = 1024
     """Requests queued while the engine is switched at most (then 429)."""
-    max_queued_bytes: Annotated[int, Field(ge=0)] = 256 * 1024 * 1024
+    max_queued_bytes: Bytes = 256 * 1024 * 1024
     """Bodies of all queued requests together at most (bytes; then 429)."""
     resume: bool = True
     """Continue a chat or text completion stream cut by an engine crash on the next
     engine, from what was sent (agent_supervisor/gateway/resume.py)."""
-    degenerate_repeat_units: Annotated[int, Field(ge=8)] = 256
+    degenerate_repeat_units: Annotated[Count, Field(ge=8)] = 256
     """An answer ending in one unit of at most 16 characters (a token) repeated this many
     times, not asked for by the prompt, is degenerate: the ``corrupted_output`` guard's
     evidence (token 0 after NaN logits until ``max_tokens``: vllm #55766)."""
@@ -93,7 +101,7 @@ class GatewaySpec(_Model):
     """Opt-in: keep the last N requests' shapes (estimated prompt tokens, max_tokens,
     turns, tools, stream: numbers only, never text) at ``/gateway/shapes`` for
     ``supervisor calibrate --profiles fleet``. 0: none kept."""
-    max_resumes_per_request: Annotated[int, Field(ge=0)] = 2
+    max_resumes_per_request: CountOrZero = 2
     """Crashes one stream may be carried across; the next ends it with an error event."""
     orphan_timeout_seconds: Seconds | None = None
     """A gateway its supervisor started (``--owner supervisor``) that hears nothing from

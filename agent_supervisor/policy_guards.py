@@ -20,7 +20,16 @@ from pydantic import (
     model_validator,
 )
 
-from agent_supervisor.policy_base import POLICY_CONFIG, Ratio, Seconds
+from agent_supervisor.policy_base import (
+    POLICY_CONFIG,
+    Bytes,
+    Count,
+    CountOrZero,
+    Days,
+    Delay,
+    Ratio,
+    Seconds,
+)
 from agent_supervisor.policy_gateway import ApiKey, GatewayLimits, GatewaySpec
 from agent_supervisor.policy_thresholds import (
     EngineHungGuard,
@@ -76,8 +85,8 @@ class TimeWindow(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True)
-    start_minute: int
-    end_minute: int
+    start_minute: Annotated[int, Field(ge=0, le=1440)]
+    end_minute: Annotated[int, Field(ge=0, le=1440)]
 
     @model_validator(mode="before")
     @classmethod
@@ -104,7 +113,7 @@ class TimeWindow(BaseModel):
 class Hysteresis(_Model):
     """How the ladder avoids flapping: cooldowns, calm before stepping up, probation."""
 
-    cooldown_seconds: Annotated[float, Field(ge=0)] = 300.0
+    cooldown_seconds: Delay = 300.0
     """No graceful change within 5 min of the last one (emergencies and crashes excepted)."""
     calm_seconds: Seconds = 1800.0
     """Step up only after 30 min without a warning (agents' load comes in waves)."""
@@ -114,7 +123,7 @@ class Hysteresis(_Model):
     """... and is not retried for an hour, doubling per failure ..."""
     failed_rung_backoff_max_seconds: Seconds = 86400.0
     """... up to a day."""
-    max_transitions_per_hour: Annotated[int, Field(ge=1)] = 4
+    max_transitions_per_hour: Count = 4
     """Each switch restarts the engine (minutes on a GB10): more than 4 an hour is flapping."""
     step_up_windows: list[TimeWindow] = []
     """Local times when stepping up is allowed, "HH:MM-HH:MM" (may wrap midnight);
@@ -122,7 +131,7 @@ class Hysteresis(_Model):
     timezone: str = "UTC"
     shed_factor: Ratio = 0.5
     """Shedding multiplies the mode's gateway limits by this."""
-    shed_seconds: Annotated[float, Field(ge=0)] = 120.0
+    shed_seconds: Delay = 120.0
     """After shedding, a warning that asked to shed first must persist this long before
     the engine steps down (the lower limits get their chance to help)."""
 
@@ -163,9 +172,9 @@ class AlertSpec(_Model):
     """Or a file holding it; the systemd credential ``webhook_url`` wins."""
     format: str = "generic"
     """``generic`` (the incident as JSON) or ``slack`` (``{"text": ...}``)."""
-    min_interval_seconds: Annotated[float, Field(ge=0)] = 60.0
+    min_interval_seconds: Delay = 60.0
     """At most one alert of the same kind this often (the rest are counted, not sent)."""
-    retries: Annotated[int, Field(ge=0)] = 3
+    retries: CountOrZero = 3
     timeout_seconds: Seconds = 5.0
 
     @field_validator("format")
@@ -206,10 +215,10 @@ class Restart(_Model):
     engine steps down one rung; on the last rung it gives up and the service exits 1.
     """
 
-    restart_delay_seconds: Annotated[float, Field(ge=0)] = 0.0
-    restart_delay_max_seconds: Annotated[float, Field(ge=0)] = 60.0
-    start_limit_burst: Annotated[int, Field(ge=1)] = 3
-    start_limit_interval_seconds: Annotated[float, Field(gt=0)] = 600.0
+    restart_delay_seconds: Delay = 0.0
+    restart_delay_max_seconds: Delay = 60.0
+    start_limit_burst: Count = 3
+    start_limit_interval_seconds: Seconds = 600.0
 
     @model_validator(mode="after")
     def _ordered(self) -> Restart:
@@ -222,19 +231,19 @@ class Sampling(_Model):
     """The tick: how often the supervisor samples the engine and decides."""
 
     tick_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
-    probe_timeout_seconds: Annotated[float, Field(gt=0)] = 2.0
+    probe_timeout_seconds: Seconds = 2.0
     """Timeout of one ``/health`` or ``/metrics`` request. A slow probe under load is
     recorded as slow, never as a dead engine."""
-    window_seconds: Annotated[float, Field(gt=0)] = 600.0
+    window_seconds: Seconds = 600.0
     """How much history the decision window keeps."""
-    canary_after_seconds: Annotated[float, Field(gt=0)] = 10.0
+    canary_after_seconds: Seconds = 10.0
     """Requests running or waiting while the engine-step counter stays flat this long:
     send one canary request (at most once per this interval)."""
-    canary_timeout_seconds: Annotated[float, Field(gt=0)] = 15.0
-    pss_interval_seconds: Annotated[float, Field(ge=0)] = 30.0
+    canary_timeout_seconds: Seconds = 15.0
+    pss_interval_seconds: Delay = 30.0
     """How often the engine's PSS is read (a smaps walk of a multi-GB process costs tens
     of ms of CPU); in between, the last value is reported. 0: every tick."""
-    gpu_index: Annotated[int, Field(ge=0)] = 0
+    gpu_index: CountOrZero = 0
     """Which NVML device to read (the one the engine runs on)."""
     kernel_log: bool = True
     """Follow /dev/kmsg (or ``journalctl -k``) for Xid, NV_ERR_NO_MEMORY and OOM lines."""
@@ -254,17 +263,17 @@ class Storage(_Model):
     after_host_reset: Literal["one_rung_down", "same_rung", "initial"] = "one_rung_down"
     """Where to start after the host went down with the engine running (boot id changed,
     no clean-stop marker): the engine's configuration may have been what froze it."""
-    telemetry_retention_days: Annotated[float, Field(gt=0)] = 30.0
-    incident_retention_days: Annotated[float, Field(gt=0)] = 365.0
-    downsample_after_seconds: Annotated[float, Field(gt=0)] = 86400.0
+    telemetry_retention_days: Days = 30.0
+    incident_retention_days: Days = 365.0
+    downsample_after_seconds: Seconds = 86400.0
     """Telemetry older than this is folded from 10 s rows into 1 min rows."""
-    heartbeat_seconds: Annotated[float, Field(gt=0)] = 30.0
-    retention_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
-    engine_log_max_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
+    heartbeat_seconds: Seconds = 30.0
+    retention_interval_seconds: Seconds = 3600.0
+    engine_log_max_bytes: Annotated[Bytes, Field(ge=1024)] = 100 * 1024 * 1024
     """An engine log past this is rotated (copied to .1 and truncated: the engine keeps
     its file open)."""
-    engine_logs_keep: Annotated[int, Field(ge=1)] = 50
+    engine_logs_keep: Count = 50
     """Logs of this many past engine runs are kept; older ones are deleted."""
-    spool_max_bytes: Annotated[int, Field(ge=1)] = 256 * 1024 * 1024
+    spool_max_bytes: Annotated[Bytes, Field(ge=1)] = 256 * 1024 * 1024
     """Writes the database refused wait in <state_directory>/spool.jsonl up to this size
     (past it, only telemetry and heartbeats are dropped)."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent_supervisor.policy_base import POLICY_CONFIG, GiB, Seconds
+from agent_supervisor.policy_base import POLICY_CONFIG, Bytes, Count, GiB, Seconds
 
 if TYPE_CHECKING:
     from agent_supervisor.policy import Policy
@@ -80,11 +80,11 @@ class DistributedSpec(_Model):
     agent_token_env: str = "SUPERVISOR_AGENT_TOKEN"
     sample_seconds: Seconds = 0.25
     """How often an agent samples its node (and checks its own memory floor)."""
-    local_min_available_bytes: Annotated[int, Field(ge=0)] | None = None
+    local_min_available_bytes: Bytes | None = None
     """The agent's own floor: under it on ``local_consecutive_samples`` samples it SIGKILLs
     its rank at once, whether or not the head answers (the host must not freeze waiting
     for orders). Default: ``guards.memory_floor.min_available_bytes``."""
-    local_consecutive_samples: Annotated[int, Field(ge=1)] = 2
+    local_consecutive_samples: Count = 2
     poll_timeout_seconds: Seconds = 1.0
     """How long the head waits for one agent's answer."""
     unknown_after_seconds: Seconds = 2.0
@@ -99,7 +99,7 @@ class DistributedSpec(_Model):
     worker_start_timeout_seconds: Seconds = 60.0
     """How long the head waits for every worker rank to be running before it starts its
     own rank."""
-    node_memory_min_available_bytes: Annotated[int, Field(ge=0)] = 4 * GiB
+    node_memory_min_available_bytes: Bytes = 4 * GiB
     """Preflight: a node with less MemAvailable than this holds the start."""
 
 

@@ -12,7 +12,18 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, model_validator
 
-from agent_supervisor.policy_base import POLICY_CONFIG, GiB, Ratio, Seconds
+from agent_supervisor.policy_base import (
+    MAX_COUNT,
+    POLICY_CONFIG,
+    Bytes,
+    Count,
+    CountOrZero,
+    Delay,
+    GiB,
+    Ratio,
+    Seconds,
+    Tokens,
+)
 
 __all__ = [
     "EngineHungGuard",
@@ -39,23 +50,23 @@ class EngineHungGuard(_Model):
     stall_seconds: Seconds = 60.0
     """60 s: far beyond one engine step even for a long chunked prefill on a GB10 (steps
     take tens to hundreds of ms), short enough that agents' requests time out later."""
-    ready_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    ready_grace_seconds: Delay = 30.0
     """No verdict this long after /health first answered (warm-up, first compile)."""
     suspect_seconds: Seconds = 30.0
     """Flat this long with a canary on its way: a hang is suspected; shed the gateway's
     limits until the canary answers (half the stall window: a brief stall sheds nothing)."""
-    stall_seconds_per_million_prompt_tokens: Annotated[float, Field(ge=0)] = 600.0
+    stall_seconds_per_million_prompt_tokens: Delay = 600.0
     """The stall window grows with the prompt tokens the gateway has in flight: one
     chunked-prefill step at ~560K tokens of context can run for minutes on 2x GB10
     (eugr/spark-vllm-docker#409: the one that never finished ran > 11 min). 600 s per
     million tokens gives a 560K prompt a window of 60 + 336 s; the report's 11 minutes
     are still a hang."""
-    huge_prompt_tokens: Annotated[int, Field(ge=1)] = 100_000
+    huge_prompt_tokens: Tokens = 100_000
     """A hang with at least this many prompt tokens in flight steps to the first rung whose
     context cap (``--max-model-len`` or the gateway's ``max_prompt_tokens``) is below it,
     not the same configuration again."""
     power_hint_utilization_ratio: Ratio = 0.9
-    power_hint_max_w: Annotated[float, Field(gt=0)] = 30.0
+    power_hint_max_w: Annotated[float, Field(gt=0, le=100_000)] = 30.0
     """GPU utilisation >= 90% while power stays <= 30 W with requests in flight: a wedged
     kernel spinning (eugr/spark-vllm-docker#260: healthy GB10 ~45 W, up to ~90 W; wedged
     16-27 W at ~95% util; "below ~30 W"). A hint, never a verdict alone: it shortens the
@@ -67,13 +78,13 @@ class MemoryFloorGuard(_Model):
     """MemAvailable under the floor on consecutive samples, or NV_ERR_NO_MEMORY in the
     kernel log: kill the engine now. A GB10 host was seen to freeze ~5 s later."""
 
-    min_available_bytes: Annotated[int, Field(ge=0)] = 6 * GiB
+    min_available_bytes: Bytes = 6 * GiB
     """6 GiB of 128: the OS, the supervisor and the agents' own processes need a few GB;
     below that the unified-memory box thrashes and freezes (DGX Spark reports)."""
-    consecutive_samples: Annotated[int, Field(ge=1)] = 2
+    consecutive_samples: Count = 2
     """Two: one low reading can be a transient page-cache swing; two in a row at a 1 s
     tick still act within ~2 s."""
-    start_margin_bytes: Annotated[int, Field(ge=0)] = GiB
+    start_margin_bytes: Bytes = GiB
     """While no engine runs, MemAvailable under the floor holds the next start (something
     else holds the memory: a start would only be killed again); once it was under, the
     start waits for the floor plus this margin, so one reading just above the floor does
@@ -90,12 +101,12 @@ class MemoryForecastGuard(_Model):
     to the normal growth of the KV cache's working set."""
     fit_seconds: Seconds = 120.0
     """Least-squares fit over the last 2 min of samples."""
-    min_samples: Annotated[int, Field(ge=3)] = 20
-    ignore_after_ready_seconds: Annotated[float, Field(ge=0)] = 120.0
+    min_samples: Annotated[Count, Field(ge=3)] = 20
+    ignore_after_ready_seconds: Delay = 120.0
     """Start-up allocation (weights, KV cache, CUDA graphs) is not a trend."""
     creep_record_seconds: Seconds = 86400.0
     """A slower creep that would reach the floor within a day is recorded (info)."""
-    creep_floor_bytes: Annotated[int, Field(ge=0)] | None = None
+    creep_floor_bytes: Bytes | None = None
     """The creep floor, above the emergency floor (None: twice ``memory_floor``'s). A slow
     decline that reaches it within ``creep_horizon_seconds`` earns a warning and a planned
     restart at a calm moment (a restart hands leaked memory back; the emergency floor
@@ -120,7 +131,7 @@ class SampleGapsGuard(_Model):
     long_gap_seconds: Seconds = 60.0
     """A gap this long with memory near full steps down: the box may have frozen on memory
     (a 627 s telemetry gap with 124,258 of 124,546 MiB used: AEON-7/vllm-ultimate-dgx-spark#9)."""
-    near_full_available_bytes: Annotated[int, Field(ge=0)] | None = None
+    near_full_available_bytes: Bytes | None = None
     """MemAvailable under this after a long gap counts as near full (None: twice the
     emergency floor)."""
 
@@ -139,15 +150,15 @@ class PreemptionGuard(_Model):
     gauge or the gateway's queue) and generation collapses: fewer sequences. High KV usage
     alone is normal (vLLM fills the cache by design)."""
 
-    preemptions_per_1k_tokens: Annotated[float, Field(gt=0)] = 1.0
+    preemptions_per_1k_tokens: Annotated[float, Field(gt=0, le=1000)] = 1.0
     """Preemptions per 1,000 generated tokens over ``sustain_seconds``. Under KV pressure
     vLLM V1 recomputes 10-23% of the work online and 32-79% in a thrash, each preemption
     wasting 261-415 tokens (vllm #54644): at ~400 tokens each, 1 per 1,000 generated is a
     recompute tax of ~30%, the thrash side of that range. Relative, so a slow box and a
     fast one are judged alike."""
-    min_preemptions: Annotated[int, Field(ge=1)] = 10
+    min_preemptions: Count = 10
     """Never on the first preemptions: at least this many within ``sustain_seconds``."""
-    preemptions_per_second: Annotated[float, Field(gt=0)] | None = None
+    preemptions_per_second: Annotated[float, Field(gt=0, le=MAX_COUNT)] | None = None
     """Optional absolute floor as well (older policies); None: only the relative rate."""
     sustain_seconds: Seconds = 45.0
     """45 s of storm before the shed: acting within about a minute of onset."""
@@ -165,14 +176,14 @@ class ThermalGuard(_Model):
     """Hot or throttling GPU: shed load first (gateway limits), then step down.
     Throttling is slow, not hung: no other guard reads it as a hang."""
 
-    max_temperature_c: Annotated[float, Field(gt=0)] = 87.0
+    max_temperature_c: Annotated[float, Field(gt=0, le=200)] = 87.0
     """87 C: at the GB10's reported slowdown region; NVML also reports it directly."""
     sustain_seconds: Seconds = 60.0
     throttle_reasons: list[str] = ["hw_slowdown", "hw_thermal_slowdown",
                                    "sw_thermal_slowdown", "hw_power_brake_slowdown"]
     """NVML clock-event reasons that mean trouble (sw_power_cap is routine at full load)."""
     throttle_sustain_seconds: Seconds = 30.0
-    max_host_temperature_c: Annotated[float, Field(gt=0)] = 95.0
+    max_host_temperature_c: Annotated[float, Field(gt=0, le=200)] = 95.0
     """The hottest SoC/CPU sensor (hwmon): 95 C is where a GB10's SoC peaked under
     sustained load before the fix, the OS force-shutdown at 104.8 C (MiaAI-Lab/DeepSeek-
     v4-Flash-DSpark-2x-DGX-Spark#79; overheating shutdowns without logs in #146)."""
@@ -196,10 +207,10 @@ class SpeculativeGuard(_Model):
     (``structured_output_fsm``: xgrammar's "Failed to advance FSM" under speculation, then
     failed requests and engine death: vllm #51660, #44006; ``ggml_assert``: llama.cpp's
     GGML_ASSERT abort, with speculation in llama.cpp #23500, #23398)."""
-    fsm_warning_lines: Annotated[int, Field(ge=1)] = 1
+    fsm_warning_lines: Count = 1
     """FSM lines alone while the engine serves: a warning on record (requests recover with
     HTTP 200 in vllm #53777 and #53181); a crash or hang with them skips speculation."""
-    crash_xids: list[int] = [13, 31, 43]
+    crash_xids: list[CountOrZero] = [13, 31, 43]
     """Kernel Xid codes read the same way (31: MMU fault, the usual illegal address)."""
     acceptance_jump_ratio: Ratio = 0.98
     """Every draft position accepted at this rate or more over the last
@@ -207,14 +218,14 @@ class SpeculativeGuard(_Model):
     history clearly below it, with several requests running: the precursor of the MTP
     illegal-memory-access crash (vllm #40756: "Mean acceptance length: 6.00 ... Avg Draft
     acceptance rate: 100.0%" with k=5, then the crash). A warning on record, alerted."""
-    acceptance_recent_drafts: Annotated[int, Field(ge=1)] = 50
+    acceptance_recent_drafts: Count = 50
     """The jump is judged over the last 50 drafts, however long they took."""
-    anomaly_min_running: Annotated[float, Field(ge=1)] = 2.0
+    anomaly_min_running: Annotated[float, Field(ge=1, le=MAX_COUNT)] = 2.0
     """One stream repeating text legitimately reaches 100% at every position (a degenerate
     or echoed output); the whole batch at 100% does not (#40756: Running: 5 reqs)."""
-    min_drafts: Annotated[int, Field(ge=1)] = 50
+    min_drafts: Count = 50
     """Ratios over fewer drafts say little."""
-    prefix_min_query_tokens: Annotated[int, Field(ge=1)] = 50_000
+    prefix_min_query_tokens: Tokens = 50_000
     """Prefix caching defeated: over ``prefix_window_seconds`` at least this many prompt
     tokens looked up, at most ``prefix_max_hit_ratio`` of them found, while the gateway saw
     at least ``prefix_min_repeat_ratio`` of them as repeats of earlier prompts
@@ -223,7 +234,7 @@ class SpeculativeGuard(_Model):
     prefix_max_hit_ratio: Annotated[float, Field(ge=0, le=1)] = 0.01
     prefix_min_repeat_ratio: Ratio = 0.3
     prefix_window_seconds: Seconds = 300.0
-    lottery_drafts: Annotated[int, Field(ge=1)] = 200
+    lottery_drafts: Count = 200
     """The launch lottery: the first 200 drafts after ready are judged against the mode's
     usual acceptance by position (calibration, past good runs) ..."""
     lottery_ratio: Ratio = 0.75
@@ -235,14 +246,14 @@ class SpeculativeGuard(_Model):
     ``lottery_drafts`` drafts in the window, stores its acceptance by position as a
     baseline (source ``run``): the lottery then judges launches against the fleet's own
     recent good runs, not only calibration."""
-    lottery_restarts: Annotated[int, Field(ge=0)] = 1
+    lottery_restarts: CountOrZero = 1
     """... restarted this many times; a further bad launch is ``spec_degraded`` (a warning
     on record, no more restarts: the speed guard may still step to no speculation)."""
     slower_ratio: Ratio = 0.9
     """Per-request tokens/s below 90% of the no-speculation rung's calibrated baseline at
     similar concurrency: speculation does not pay for itself here."""
     slower_sustain_seconds: Seconds = 60.0
-    calm_max_requests: Annotated[int, Field(ge=0)] = 1
+    calm_max_requests: CountOrZero = 1
     """A step down for lack of gain waits for a calm moment (at most this many requests
     running and none waiting) ..."""
     calm_max_wait_seconds: Seconds = 300.0
@@ -252,7 +263,7 @@ class SpeculativeGuard(_Model):
 class LoadBudgetGuard(_Model):
     """Prompt tokens in flight through the gateway above the mode's budget: shed."""
 
-    sustain_seconds: Annotated[float, Field(ge=0)] = 5.0
+    sustain_seconds: Delay = 5.0
 
 
 class Guards(_Model):
@@ -288,22 +299,22 @@ class LifecycleSpec(_Model):
     its processes, memory growing), or the learned budget of the mode if that is longer.
     300 s: cold FlashInfer JIT and autotune leave minutes of log silence while the CPU
     works (vllm #48031: ~7 min cold start on a GB10; a 17-minute cold boot is public)."""
-    start_budget_factor: Annotated[float, Field(ge=1)] = 2.0
+    start_budget_factor: Annotated[float, Field(ge=1, le=100)] = 2.0
     """Learned budget = this x the longest recent successful start of the mode
     (``ready_at - started_at`` in the record)."""
     progress_cpu_ratio: Annotated[float, Field(gt=0, le=64)] = 0.05
     """CPU seconds per second of the process tree that count as work (5 % of a core): an
     API server waiting on a dead core uses far less."""
-    progress_rss_bytes: Annotated[int, Field(ge=0)] = 16 * 1024**2
+    progress_rss_bytes: Bytes = 16 * 1024**2
     """Growth of the tree's RSS between two samples that counts as work (weights loading)."""
     memory_return_ratio: Annotated[float, Field(ge=0, le=1)] = 0.9
     """The next start waits until MemAvailable is back to this fraction of what it was
     before the last launch ..."""
-    memory_return_slack_bytes: Annotated[int, Field(ge=0)] = 2 * GiB
+    memory_return_slack_bytes: Bytes = 2 * GiB
     """... or to within this many bytes of it, whichever asks less: on a small box 10 % is
     within the page-cache and other processes' everyday swing."""
     memory_return_timeout_seconds: Seconds = 120.0
     """Not back this long after the stop with no engine process left:
     ``memory_pinned_reboot_required`` (GB10 cold-load failures leave ~100 GiB pinned)."""
-    fallback_margin_bytes: Annotated[int, Field(ge=0)] = 4 * GiB
+    fallback_margin_bytes: Bytes = 4 * GiB
     """Kept free when a memory fallback fits the engine to what was free at launch."""

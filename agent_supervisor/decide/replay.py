@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_supervisor.decide.decide import decide
 from agent_supervisor.decide.decision import Action, Decision
@@ -109,10 +109,24 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
 # lines the world prints into tags, as the sensors do live.
 
 GiB = 2**30
+#: A scenario's length and memory sizes are bounded like a policy's (policy_base's
+#: MAX_SECONDS and MAX_BYTES; decide/ does not import policy_base): 7 days, 1 PiB.
+MAX_SECONDS = 7 * 86_400
+MAX_BYTES = 2**50
+#: A scenario's time (an outcome's delay, an event's time, when memory comes back):
+#: [0, 1e9] s; 1e9 (31 years) reads as "never" within any scenario.
+NEVER_SECONDS = 1e9
+Moment = Annotated[float, Field(ge=0, le=NEVER_SECONDS)]
+#: At most this many ticks per scenario (``duration_seconds / tick_seconds``): a day at
+#: 1 s. ``tick_seconds: 0`` or ``-1`` looped forever, and so does a tick too small to
+#: move the clock after rounding (issue 34). A tick costs up to ~7 ms with a full
+#: window (measured: 10,000 ticks at 0.01 s in 65 s on a shared 2-core box), so the
+#: longest scenario allowed runs minutes, not hours.
+MAX_TICKS = 100_000
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StartOutcome(_Spec):
@@ -120,10 +134,10 @@ class StartOutcome(_Spec):
     (log lines) after ``after_seconds`` (exit status ``exit_code``), or ``hang`` (no
     progress, never ready)."""
 
-    ready_after_seconds: float = 30.0
+    ready_after_seconds: Moment = 30.0
     fail_with: list[str] = []
-    after_seconds: float = 5.0
-    exit_code: int = 1
+    after_seconds: Moment = 5.0
+    exit_code: Annotated[int, Field(ge=-255, le=255)] = 1
     hang: bool = False
 
 
@@ -131,7 +145,7 @@ class OnSigkill(_Spec):
     """Processes of the group that outlive SIGKILL for ``survivors_seconds`` (``stuck``:
     in state D), like an EngineCore stuck in the GPU driver."""
 
-    survivors_seconds: float = 0.0
+    survivors_seconds: Moment = 0.0
     stuck: bool = True
 
 
@@ -139,29 +153,36 @@ class WorldEvent(_Spec):
     """At ``at_s``: kernel lines appear, the engine exits on its own (``exit``), NVML says
     the GPU is lost, or the operator moves the ladder to ``operator_step_to``."""
 
-    at_s: float
+    at_s: Moment
     kernel_lines: list[str] = []
     exit: bool = False
     gpu_lost: bool = False
-    operator_step_to: int | None = None
+    operator_step_to: Annotated[int, Field(ge=0, le=1000)] | None = None
 
 
 class Scenario(_Spec):
     """How the world answers; times in seconds from the scenario's start."""
 
-    duration_seconds: float = 600.0
-    tick_seconds: float = 1.0
-    mem_total_bytes: int = 128 * GiB
-    mem_available_idle_bytes: int = 110 * GiB
-    engine_memory_bytes: int = 60 * GiB
-    on_start: list[StartOutcome] = [StartOutcome()]
+    duration_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 600.0
+    tick_seconds: Annotated[float, Field(ge=0.001, le=3600)] = 1.0
+    mem_total_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES)] = 128 * GiB
+    mem_available_idle_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES)] = 110 * GiB
+    engine_memory_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES)] = 60 * GiB
+    on_start: Annotated[list[StartOutcome], Field(min_length=1)] = [StartOutcome()]
     """One entry per attempt; the last one repeats."""
     on_sigterm: Literal["exit", "ignore"] = "exit"
     on_sigkill: OnSigkill = OnSigkill()
-    memory_returns_after_seconds: float = 0.0
+    memory_returns_after_seconds: Moment = 0.0
     """After the engine's group is gone, how long its memory stays held (a huge value:
     it never comes back)."""
     events: list[WorldEvent] = []
+
+    @model_validator(mode="after")
+    def _ticks(self) -> Scenario:
+        if self.duration_seconds / self.tick_seconds > MAX_TICKS:
+            raise ValueError(f"duration_seconds / tick_seconds is more than {MAX_TICKS:,} "
+                             "ticks: lengthen tick_seconds or shorten duration_seconds")
+        return self
 
 
 def load_scenario(data: dict[str, Any], *, source: str) -> Scenario:
