@@ -134,7 +134,7 @@ class Supervisor:
         await self.writer.flush()          # an earlier life's spooled records go first
         await self.startup.previous_life()
         await self.startup.learn_start_budgets()
-        await self.sensors.start()
+        await self.startup.start_sensors(self.sensors)
         self.baselines = await asyncio.to_thread(load_baselines, self.writer.store, self.policy)
         self.acceptance = await asyncio.to_thread(load_acceptance, self.writer.store, self.policy)
         if self.baselines:

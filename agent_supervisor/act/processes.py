@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from agent_supervisor.act.capabilities import drop_ambient_capabilities
 from agent_supervisor.act.engine_env import engine_environment, make_run_tmp_dir
 from agent_supervisor.act.engine_run import EngineRun
 from agent_supervisor.errors import EngineStartError, EngineStopTimeout
@@ -214,6 +215,7 @@ class EngineScheduling:
         self.cpus = set(range(os.cpu_count() or 1))
 
     def apply(self) -> None:
+        drop_ambient_capabilities()  # the unit's CAP_SYSLOG is the supervisor's alone
         if os.sched_getscheduler(0) != os.SCHED_OTHER:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         if os.sched_getaffinity(0) != self.cpus:

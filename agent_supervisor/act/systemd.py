@@ -133,8 +133,8 @@ def unit_file(policy: Policy, policy_path: Path, *, executable: str | None = Non
     1 when it gave up (the safest mode kept crashing) and 2 for a bad policy, and both
     must stay down (issue 17: ``Restart=always`` restarted "give up" forever); the
     start limit (``StartLimitBurst=`` in ``StartLimitIntervalSec=``) bounds the rest.
-    Hardening keeps /dev/nvidia* (NVML) and /dev/kmsg reachable, so no
-    ``PrivateDevices=``, ``ProtectClock=`` or ``ProtectKernelLogs=`` (each narrows the
+    Hardening keeps /dev/nvidia* (NVML) and /dev/kmsg (CAP_SYSLOG, ``_HARDENING``) reachable,
+    so no ``PrivateDevices=``, ``ProtectClock=`` or ``ProtectKernelLogs=`` (each narrows the
     device list). Paths are escaped (``%`` and spaces, ``$`` in ExecStart). Every
     ``*_file`` secret of the policy becomes a ``LoadCredential=`` (systemd.exec(5),
     "Credentials"), so the service user need not be able to read the file itself.
@@ -261,12 +261,22 @@ def _credentials(policy: Policy) -> list[str]:
     return creds
 
 
-#: Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable.
+#: Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable. CAP_SYSLOG rather than
+#: ``SupplementaryGroups=systemd-journal`` (issue 34): /dev/kmsg is the follower's first
+#: source (no journald in the path, no delay), and the journal group would let the service
+#: read every service's log; CAP_SYSLOG lets it open /dev/kmsg under dmesg_restrict
+#: (kernel/printk/printk.c ``check_syslog_permissions``; Documentation/admin-guide/sysctl/
+#: kernel.rst "dmesg_restrict") and read kernel addresses, while ``syslog(2)``, the only call
+#: that could clear or redirect the ring buffer with it, is filtered out below. Ambient, so a
+#: service ``User=`` holds it (capabilities(7)); children drop it (act/capabilities.py).
 _HARDENING = [
     "# Hardening that leaves NVML (/dev/nvidia*) and /dev/kmsg reachable.",
     "NoNewPrivileges=yes",
-    "CapabilityBoundingSet=",
-    "AmbientCapabilities=",
+    "# CAP_SYSLOG, and only it: with kernel.dmesg_restrict=1 (Ubuntu's default) opening",
+    "# /dev/kmsg needs it, and without the kernel log the Xid, NV_ERR_NO_MEMORY and OOM",
+    "# guards are blind. The engine and the gateway are started without it.",
+    "CapabilityBoundingSet=CAP_SYSLOG",
+    "AmbientCapabilities=CAP_SYSLOG",
     "PrivateTmp=yes",
     "ProtectSystem=strict",
     "ProtectHome=read-only",
@@ -285,6 +295,6 @@ _HARDENING = [
     "# ioctl/mmap). Not @resources: the launcher sets the engine's scheduling, affinity",
     "# and priority, and vLLM binds memory to NUMA nodes. Refused with EPERM, not killed.",
     "SystemCallFilter=~@clock @cpu-emulation @debug @module @mount @obsolete @raw-io "
-    "@reboot @swap",
+    "@reboot @swap syslog",
     "SystemCallErrorNumber=EPERM",
 ]

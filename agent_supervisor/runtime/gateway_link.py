@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent_supervisor.act.capabilities import drop_ambient_capabilities
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.errors import ListenError
 from agent_supervisor.gateway.process import CONTROL_SOCKET
@@ -115,7 +116,8 @@ class GatewayLink:
         env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, cwd=os.getcwd(), env=env)
+                                         start_new_session=True, cwd=os.getcwd(), env=env,
+                                         preexec_fn=drop_ambient_capabilities)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

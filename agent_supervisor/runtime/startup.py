@@ -30,6 +30,8 @@ from agent_supervisor.record.records import StartService, StopService, new_key
 from agent_supervisor.record.unclean import check_previous_life, read_boot_id
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
+from agent_supervisor.sense.collect import Sensors
+from agent_supervisor.sense.kernel_log import KernelLogFollower
 
 __all__ = ["StartUp"]
 
@@ -118,6 +120,25 @@ class StartUp:
                 outcome="container removed",
                 findings=[{"container": info.name, "container_id": info.id[:12],
                            "status": info.status, "pid": info.pid}]))
+
+    async def start_sensors(self, sensors: Sensors) -> None:
+        """Start the sensors, then check that the kernel log can be read
+        (``kernel_log_check``)."""
+        await sensors.start()
+        self.kernel_log_check(sensors.kernel)
+
+    def kernel_log_check(self, follower: KernelLogFollower | None) -> None:
+        """Record a ``kernel_log_unreadable`` warning incident (record, metric, alert) when
+        the started kernel log follower cannot read the kernel log (its ``warning``, which
+        names the fix: sense/kernel_log.py ``UNREADABLE_FIX``); nothing when it can or when
+        ``sampling.kernel_log`` is off (``follower`` None)."""
+        if follower is None or follower.warning is None:
+            return
+        self.recorder.incident(Incident(
+            kind="kernel_log_unreadable", severity="warning", started_at=datetime.now(UTC),
+            action="none", explanation=follower.warning,
+            outcome="supervising without kernel lines", findings=[{
+                "kind": "kernel_log_unreadable", "evidence": {"source": follower.source}}]))
 
     async def _clear(self, row: Any) -> None:
         killed: list[int] = []

@@ -21,6 +21,7 @@ skipped, neither classified nor kept.
 from __future__ import annotations
 
 import dataclasses
+import grp
 import json
 import logging
 import os
@@ -71,6 +72,32 @@ JOURNALCTL_ARGS = (
     "0",
     "--output-fields=MESSAGE,SYSLOG_FACILITY,_TRANSPORT,_SOURCE_MONOTONIC_TIMESTAMP",
 )
+
+
+#: What to do when the kernel log cannot be read (issue 34): the unit's grant, named.
+UNREADABLE_FIX = (
+    "grant the service CAP_SYSLOG (AmbientCapabilities=CAP_SYSLOG and "
+    "CapabilityBoundingSet=CAP_SYSLOG, as `supervisor systemd-unit` writes them) or add its "
+    "user to the systemd-journal group; until then the Xid, NV_ERR_NO_MEMORY and OOM-kill "
+    "guards are blind"
+)
+#: Groups whose members journald lets read the system journal (the journal files' group and
+#: the ACLs of systemd's tmpfiles.d/systemd.conf; journalctl(1) "Hint: ... Users in groups
+#: 'adm', 'systemd-journal', 'wheel' can see all messages").
+JOURNAL_GROUPS = ("systemd-journal", "adm", "wheel")
+
+
+def may_read_system_journal() -> bool:
+    """Whether this process is root or in one of JOURNAL_GROUPS. Never raises."""
+    if os.geteuid() == 0:
+        return True
+    names = set()
+    for gid in {os.getegid(), *os.getgroups()}:
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return bool(names.intersection(JOURNAL_GROUPS))
 
 
 def _journal_text(value: object) -> str | None:
@@ -128,7 +155,10 @@ class KernelLogFollower:
         with a non-blocking stdout pipe, when kmsg cannot be opened (EPERM under
         kernel.dmesg_restrict, missing in a container). Its stamps are journald's and may
         disagree with kmsg's (systemd issues #22554, #34250).
-      "unavailable": neither worked; one WARNING is logged and poll() returns [].
+      "unavailable": neither worked; one WARNING naming the fix (``UNREADABLE_FIX``) is logged,
+        kept in ``warning``, and poll() returns []. Falling back to journalctl as a user who
+        may not read the system journal logs that warning too (journalctl -k then shows it
+        nothing).
     """
 
     def __init__(self, kmsg_path: str = "/dev/kmsg", journalctl: str = "journalctl") -> None:
@@ -138,6 +168,9 @@ class KernelLogFollower:
         self._proc: subprocess.Popen[bytes] | None = None
         self._pending = b""
         self.source = "unavailable"
+        self.warning: str | None = None
+        """Why the kernel log cannot be (fully) read, with the fix, set by start() (None:
+        it can); the service records it as a ``kernel_log_unreadable`` incident."""
         self.last_lines: list[str] = []
         """The NVIDIA and OOM lines of the last poll, classified or not (message text):
         kept with the Sample so replay re-classifies them with a newer classifier."""
@@ -156,14 +189,20 @@ class KernelLogFollower:
             journal_error = self._spawn_journalctl()
             if self._proc is not None:
                 self.source = "journalctl"
+                if not may_read_system_journal():
+                    self.warning = (
+                        f"kernel log: cannot read {self._kmsg_path} ({kmsg_error}) "
+                        f"and this user cannot read the system journal, so "
+                        f"journalctl -k shows it no kernel lines; {UNREADABLE_FIX}"
+                    )
+                    logger.warning("%s", self.warning)
             else:
-                logger.warning(
-                    "kernel log unavailable: cannot read %s (%s) and cannot run %s (%s)",
-                    self._kmsg_path,
-                    kmsg_error,
-                    self._journalctl,
-                    journal_error,
+                self.warning = (
+                    f"kernel log unavailable: cannot read {self._kmsg_path} "
+                    f"({kmsg_error}) and cannot run {self._journalctl} "
+                    f"({journal_error}); {UNREADABLE_FIX}"
                 )
+                logger.warning("%s", self.warning)
                 return self.source
         logger.info("kernel log: following %s", self.source)
         return self.source

@@ -26,8 +26,9 @@ __all__ = ["Alerter", "alert_payload", "recovery_payload"]
 logger = logging.getLogger(__name__)
 
 ALERT_SEVERITIES = ("emergency", "critical")
-#: Warnings that ask for no action yet must reach a person: a known crash precursor.
-ALERT_KINDS = ("spec_acceptance_anomaly",)
+#: Warnings that ask for no action yet must reach a person: a known crash precursor; a kernel
+#: log the service cannot read (its Xid, NV_ERR_NO_MEMORY and OOM guards are blind, issue 34).
+ALERT_KINDS = ("spec_acceptance_anomaly", "kernel_log_unreadable")
 #: Actions a person hears of whatever the severity: a planned restart interrupts serving
 #: (memory creep handed back at a calm moment, a launch-lottery redraw).
 ALERT_ACTIONS = ("planned_restart",)

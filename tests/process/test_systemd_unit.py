@@ -60,7 +60,7 @@ def test_issue_17_the_unit_is_hardened(tmp_path: Path) -> None:
     text = odd.read_text()
     for line in ("PrivateTmp=yes", "UMask=0077", "ProtectHome=read-only", "ProtectSystem=strict",
                  "NoNewPrivileges=yes", "LimitNOFILE=65536", "RestartPreventExitStatus=1 2",
-                 "Restart=on-failure", "StartLimitBurst=5", "CapabilityBoundingSet=",
+                 "Restart=on-failure", "StartLimitBurst=5", "CapabilityBoundingSet=CAP_SYSLOG",
                  "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
                  "RuntimeDirectory=supervisor-cpu-demo", "User=supervisor"):
         assert f"\n{line}\n" in text, line
