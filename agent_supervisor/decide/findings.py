@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from agent_supervisor.telemetry.finite import json_finite
+
 __all__ = ["Finding", "Response", "Severity"]
 
 
@@ -103,9 +105,11 @@ class Finding:
     keep the ladder from ever being calm (``ladder.advance``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form, as stored with incidents."""
+        """JSON-ready form, as stored with incidents: a NaN or infinite value in the
+        evidence becomes None (``telemetry.finite``, issue 34)."""
         return {
             "guard": self.guard, "kind": self.kind, "severity": str(self.severity),
-            "summary": self.summary, "evidence": dict(self.evidence), "run_id": self.run_id,
+            "summary": self.summary, "evidence": json_finite(dict(self.evidence)),
+            "run_id": self.run_id,
             "response": str(self.response), "recommended_action": self.recommended_action,
         }

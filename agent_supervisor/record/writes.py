@@ -39,6 +39,7 @@ from agent_supervisor.record.records import (
     TelemetryPoint,
     UpdateRun,
 )
+from agent_supervisor.telemetry.finite import json_finite
 
 __all__ = [
     "UPDATABLE_RUN_COLUMNS",
@@ -83,10 +84,13 @@ def update_run(session: Session, *, run_id: str, values: dict[str, Any]) -> None
 
 
 def _masked(value: Any) -> Any:
-    """``value`` (JSON-like) with every string passed through ``mask_text`` and the
-    values of secret-named keys replaced."""
+    """``value`` (JSON-like) with every string passed through ``mask_text``, the
+    values of secret-named keys replaced, and NaN and infinities made None (JSON has
+    neither: PostgreSQL refused such incidents, issue 34)."""
     if isinstance(value, str):
         return mask_text(value)
+    if isinstance(value, float):
+        return json_finite(value)
     if isinstance(value, dict):
         return {k: MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str)
                 else _masked(v) for k, v in value.items()}
