@@ -16,7 +16,8 @@ Order of precedence (DESIGN.md, "Guards"):
    times are kept per rung) to the first rung without speculation; a crash or hang with a
    speculative-decoding signature goes there at once; a hang on a huge prompt goes to the
    first rung with a context cap below it; a crash during probation steps back down and
-   bars the rung;
+   bars the rung, and so does a speculative-signature crash on a rung reached by stepping
+   up, whenever it comes (issue 29);
 3. the engine is stopped: start it when the backoff allows, memory is back (over the
    memory floor plus its margin, and what the last run took returned) and no process of
    the old group is left; a reloaded policy that
@@ -32,21 +33,26 @@ Order of precedence (DESIGN.md, "Guards"):
    A shed for a suspected hang is undone as soon as the canary answers;
 5. the operator's pin: move to the pinned rung;
 6. calm: restore shed limits, then step up one rung (calm period, allowed hours, not a
-   barred rung), on probation;
+   barred rung), on probation (counted from the new engine's first serving: issue 29);
 7. otherwise hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
 
 from agent_supervisor.decide.context import Situation
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Finding, Response, Severity
 from agent_supervisor.decide.guards import ALL
-from agent_supervisor.decide.ladder import LadderState, recent_crashes, restart_delay
+from agent_supervisor.decide.ladder import (
+    LadderState,
+    begin_probation,
+    in_step_up_hours,
+    recent_crashes,
+    restart_delay,
+    serving_since,
+)
 from agent_supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
 from agent_supervisor.decide.recommended import RECOMMENDED, recommend
 from agent_supervisor.decide.rungs import context_cap, first_capped_rung_below, skip_target
@@ -92,17 +98,20 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
                         f"({ladder.reboot_required}; recommended action {action}): the "
                         "engine stays stopped until the host is rebooted or the operator "
                         "resumes")
+    # A stepped-up rung's probation runs from its engine's first serving (issue 29).
+    serving = serving_since(ladder, s)
+    ladder = begin_probation(ladder, serving, policy)
     sit = Situation(window, ladder, policy, now_s, baselines or {}, acceptance or {})
     findings = findings_of(sit)
-    for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload, _cleared, _warnings,
-                 _pinned, _calm):
-        decision = step(sit, findings)
-        if decision is not None:
-            return decision
-    mode = policy.modes[ladder.rung].name
-    worst = findings[0].summary if findings else None
-    text = f"engine {s.engine_state} in mode {mode}" + (f"; noted: {worst}" if worst else "")
-    return Decision(Action.HOLD, ladder.rung, text, tuple(findings))
+    decision = next((d for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload,
+                                    _cleared, _warnings, _pinned, _calm)
+                     if (d := step(sit, findings)) is not None), None)
+    if decision is None:
+        mode, worst = policy.modes[ladder.rung].name, findings[0].summary if findings else None
+        decision = Decision(Action.HOLD, ladder.rung, f"engine {s.engine_state} in mode {mode}"
+                            + (f"; noted: {worst}" if worst else ""), tuple(findings))
+    return decision if serving is None else dataclasses.replace(decision,
+                                                                probation_from_s=serving)
 
 
 def _name(sit: Situation, rung: int) -> str:
@@ -156,7 +165,7 @@ def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:
     target = min(ladder.rung + 1, len(sit.policy.modes) - 1)
     where = (f"start {_name(sit, target)}" if target != ladder.rung
              else f"restart {_name(sit, target)} (already the safest rung)")
-    in_probation = ladder.probation_until_s is not None and sit.now_s < ladder.probation_until_s
+    in_probation = ladder.in_probation(sit.now_s)
     delay = 0.0
     if target == ladder.rung:        # nowhere lower to go: back off like a crash would
         delay = restart_delay(sit.policy.restart,
@@ -193,9 +202,13 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
     found = (crash, *rest)
     if crash.response is Response.SKIP_SPECULATION:
         plain = policy.first_plain_rung_below(ladder.rung)
+        # Reached by stepping up: bar it with the backoff, whenever the crash comes (issue 29).
+        bar = ladder.rung if ladder.stepped_up or ladder.in_probation(now) else None
         if plain is not None:
             return Decision(Action.STEP_DOWN, plain, f"{crash.summary} -> skip speculation: "
-                            f"step down to {_name(sit, plain)}", found, run_id=crash.run_id)
+                            f"step down to {_name(sit, plain)}" + ("" if bar is None else
+                            f"; {mode} barred for a while"), found, run_id=crash.run_id,
+                            marks_failing=bar)
     if crash.response is Response.CAP_CONTEXT:
         tokens = int(crash.evidence.get("prompt_tokens_in_flight") or 0)
         capped = first_capped_rung_below(policy, ladder.rung, tokens)
@@ -204,7 +217,7 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
                             f"{_name(sit, capped)} (context cap "
                             f"{context_cap(policy.modes[capped])} tokens)", found,
                             run_id=crash.run_id)
-    if ladder.probation_until_s is not None and now < ladder.probation_until_s:
+    if ladder.in_probation(now):
         target = min(ladder.rung + 1, len(policy.modes) - 1)
         return Decision(Action.STEP_DOWN, target, f"{crash.summary} during the probation of "
                         f"{mode} -> back down to {_name(sit, target)}; {mode} barred for a while",
@@ -311,8 +324,8 @@ def _warnings(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.PLANNED_RESTART, ladder.rung, f"{w.summary}: drain and "
                         f"restart {mode} (planned: {w.kind})", found, run_id=w.run_id)
     bottom = len(policy.modes) - 1
-    if ladder.probation_until_s is not None and now < ladder.probation_until_s \
-            and ladder.rung < bottom and w.response is not Response.RESTART_WHEN_CALM:
+    if ladder.in_probation(now) and ladder.rung < bottom \
+            and w.response is not Response.RESTART_WHEN_CALM:
         return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{w.summary} during the probation "
                         f"of {mode} -> back down to {_name(sit, ladder.rung + 1)}", found,
                         marks_failing=ladder.rung)
@@ -411,18 +424,6 @@ def _pinned(sit: Situation, findings: list[Finding]) -> Decision | None:
                     operator=True)
 
 
-def _in_window(sit: Situation) -> bool:
-    hy = sit.policy.hysteresis
-    if not hy.step_up_windows:
-        return True
-    s = sit.latest
-    if s is None or s.wall_s is None:
-        return False
-    local = datetime.fromtimestamp(s.wall_s, UTC).astimezone(ZoneInfo(hy.timezone))
-    minute = local.hour * 60 + local.minute
-    return any(w.contains(minute) for w in hy.step_up_windows)
-
-
 def _calm(sit: Situation, findings: list[Finding]) -> Decision | None:
     ladder, hy, now = sit.ladder, sit.policy.hysteresis, sit.now_s
     if ladder.paused or ladder.pinned is not None:
@@ -438,7 +439,7 @@ def _calm(sit: Situation, findings: list[Finding]) -> Decision | None:
     barred = ladder.failing_until(target)
     if barred is not None and now < barred:
         return None
-    if not _in_window(sit):
+    if not in_step_up_hours(sit.policy, sit.latest.wall_s if sit.latest else None):
         return None
     return Decision(Action.STEP_UP, target, f"calm for {calm:.0f} s (calm_seconds "
                     f"{hy.calm_seconds:g}) -> step up to {_name(sit, target)} on probation for "

@@ -77,6 +77,9 @@ class Decision:
     box_fault: bool = False
     """For RESTART: the failure was the box's (a spawn out of descriptors, memory or
     processes), not the mode's; the start limit does not count it (issue 17)."""
+    probation_from_s: float | None = None
+    """The engine of a rung reached by stepping up began serving at this time (monotonic
+    s): its probation runs from here (``ladder.begin_probation``; issue 29)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
@@ -86,5 +89,5 @@ class Decision:
             "delay_seconds": self.delay_seconds, "run_id": self.run_id, "shed": self.shed,
             "marks_failing": self.marks_failing, "operator": self.operator,
             "start_args": [list(a) for a in self.start_args], "fallback": self.fallback,
-            "box_fault": self.box_fault,
+            "box_fault": self.box_fault, "probation_from_s": self.probation_from_s,
         }

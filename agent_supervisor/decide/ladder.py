@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Severity
 from agent_supervisor.policy import Policy, Restart, build_argv
+from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.sample import Sample
 
-__all__ = ["LEVERS", "LadderState", "advance", "apply_operator", "operate", "pause", "pin",
-           "recent_crashes", "reloaded", "request", "restart", "restart_delay", "resume",
-           "start_on", "unpin"]
+__all__ = ["LEVERS", "LadderState", "advance", "apply_operator", "begin_probation",
+           "in_step_up_hours", "operate", "pause", "pin", "recent_crashes", "reloaded",
+           "request", "restart", "restart_delay", "resume", "serving_since", "start_on",
+           "unpin"]
 
 HOUR = 3600.0
 
@@ -31,7 +36,8 @@ class LadderState:
     run is acted on once, however many ticks still show it. ``start_not_before_s``:
     earliest start of the next engine (restart backoff). ``transitions_s``: rung changes
     in the last hour. ``probation_until_s``: end of the probation of a rung reached by
-    stepping up. ``failing``: (rung, retry_after_s, backoff_s) of rungs that failed their
+    stepping up, counted from when its engine first served (``probation_pending_since_s``
+    until then). ``failing``: (rung, retry_after_s, backoff_s) of rungs that failed their
     probation. ``last_trouble_s``: last time a warning or worse was found.
     ``deferred_since_s``: since when a step down waits for a calm moment. ``pinned`` and
     ``paused``: operator overrides.
@@ -81,6 +87,18 @@ class LadderState:
         return next((b for m, b in self.start_budgets if m == mode), None)
     restart_requested: bool = False
     """The operator asked for a restart of the current mode (drain, stop, start)."""
+    stepped_up: bool = False
+    """The current rung was reached by stepping up (kept through restarts on it, cleared
+    by any other rung change): a crash with a speculative signature bars it (issue 29)."""
+    probation_pending_since_s: float | None = None
+    """Stepped up at this time, the new engine not serving yet: the probation starts when
+    it serves (``serving_since``), not at the step up, or a cold start of minutes (5-17 on
+    a Spark) would eat it (issue 29). The rung counts as on probation meanwhile."""
+
+    def in_probation(self, now_s: float) -> bool:
+        """Stepped up and not serving yet, or serving for less than the probation."""
+        return self.probation_pending_since_s is not None or (
+            self.probation_until_s is not None and now_s < self.probation_until_s)
 
     @classmethod
     def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
@@ -135,6 +153,42 @@ def _mark_failing(ladder: LadderState, rung: int, policy: Policy,
     return (*kept, (rung, now_s + backoff, backoff))
 
 
+def in_step_up_hours(policy: Policy, wall_s: float | None) -> bool:
+    """Whether ``wall_s`` (UTC epoch seconds: the sample's clock) falls in the policy's
+    ``step_up_windows`` (always without windows; never without a clock)."""
+    hy = policy.hysteresis
+    if not hy.step_up_windows:
+        return True
+    if wall_s is None:
+        return False
+    local = datetime.fromtimestamp(wall_s, UTC).astimezone(ZoneInfo(hy.timezone))
+    minute = local.hour * 60 + local.minute
+    return any(w.contains(minute) for w in hy.step_up_windows)
+
+
+def serving_since(ladder: LadderState, sample: Sample | None) -> float | None:
+    """When the engine of a rung reached by stepping up began serving, if ``sample`` shows
+    it (ready on that rung since the step up); None otherwise or when no probation waits."""
+    pending = ladder.probation_pending_since_s
+    if pending is None or sample is None or sample.engine_state is not EngineState.READY:
+        return None
+    if sample.engine_rung is not None and sample.engine_rung != ladder.rung:
+        return None
+    since = sample.engine_state_since_s if sample.engine_state_since_s is not None \
+        else sample.t_s
+    return since if since >= pending else None
+
+
+def begin_probation(ladder: LadderState, serving_s: float | None,
+                    policy: Policy) -> LadderState:
+    """The probation of a stepped-up rung, from ``serving_s`` (its engine's first serving;
+    None: not yet, the ladder unchanged)."""
+    if ladder.probation_pending_since_s is None or serving_s is None:
+        return ladder
+    return dataclasses.replace(ladder, probation_pending_since_s=None,
+                               probation_until_s=serving_s + policy.hysteresis.probation_seconds)
+
+
 def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: float) -> LadderState:
     """The ladder after ``decision`` is carried out at ``now_s``.
 
@@ -143,8 +197,10 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
     a when-calm step down. RESTART records the crash (not a box fault) and the backoff;
     STEP_DOWN, KILL_NOW, STEP_UP move the rung (STEP_UP on probation; PLANNED_RESTART
     stays on it, counting a launch-lottery restart); SHED flips the
-    gateway lever; GIVE_UP marks the ladder exhausted."""
+    gateway lever; GIVE_UP marks the ladder exhausted. A decision that saw the stepped-up
+    rung's engine serve (``probation_from_s``) starts its probation."""
     rep = dataclasses.replace
+    ladder = begin_probation(ladder, decision.probation_from_s, policy)
     trouble = any(f.severity.rank >= Severity.WARNING.rank and not f.standing
                   for f in decision.findings)
     waiting = any(f.response in ("skip_speculation_when_calm", "restart_when_calm")
@@ -201,8 +257,7 @@ def _moved(ladder: LadderState, decision: Decision, policy: Policy, now_s: float
     if decision.marks_failing is not None:
         failing = _mark_failing(ladder, decision.marks_failing, policy, now_s)
     moved = decision.rung != ladder.rung
-    probation = (now_s + policy.hysteresis.probation_seconds
-                 if decision.action is Action.STEP_UP else None)
+    up = decision.action is Action.STEP_UP
     lottery = any(f.kind == "spec_launch_lottery" for f in decision.findings)
     return dataclasses.replace(
         ladder, rung=decision.rung, crash_times_s=() if moved else ladder.crash_times_s,
@@ -212,7 +267,10 @@ def _moved(ladder: LadderState, decision: Decision, policy: Policy, now_s: float
         start_not_before_s=now_s + decision.delay_seconds,
         last_change_s=now_s if moved else ladder.last_change_s,
         transitions_s=(*recent_transitions, now_s) if moved else recent_transitions,
-        probation_until_s=probation, failing=failing, shed=False, shed_since_s=None,
+        probation_until_s=None, failing=failing, shed=False, shed_since_s=None,
+        probation_pending_since_s=now_s if up else (
+            None if moved else ladder.probation_pending_since_s),
+        stepped_up=up or (ladder.stepped_up and not moved),
         shed_kind=None, deferred_since_s=None,
         last_sheds_s=() if moved else ladder.last_sheds_s,
         start_args=() if moved else ladder.start_args,

@@ -3,20 +3,30 @@
 - b. ``telemetry_degraded`` expects only the series the engine's profile exports
   (``agent_supervisor.telemetry.engine_series``): llama-server has no preemption counter and
   no KV-cache series (llama.cpp #13660, #22879), vLLM has both.
+- c. Probation counts from the stepped-up rung's first serving, not from the step up, and
+  a speculative-signature crash on a rung reached by stepping up bars it whenever it
+  comes. Replayed closed-loop (``_World``): the issue's schedule, a start of 50 s and a
+  persistent speculative crash 61 s after each step up (probation 60 s), which made the
+  ladder climb back into the crashing rung every 45-55 s.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_supervisor.decide.decision import Decision
-from agent_supervisor.decide.ladder import LadderState
-from agent_supervisor.policy import Policy, load_policy_file
+from agent_supervisor.decide.decide import decide
+from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.ladder import LadderState, advance
+from agent_supervisor.policy import Policy, load_policy, load_policy_file
 from agent_supervisor.sense.engine_metrics import parse_metrics
 from agent_supervisor.sense.profiles import profile_for
+from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.engine_series import ENGINE_SERIES
-from tests.unit.scenario import POLICY, play, samples
+from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.window import Window
+from tests.unit.scenario import POLICY, POLICY_YAML, play, samples
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRAPES = {"vllm": ROOT / "tests/fixtures/vllm/0.32.0/mtp2.busy.metrics.txt",
@@ -75,3 +85,112 @@ def test_issue_29_vllm_without_a_series_it_exports_is_still_degraded() -> None:
     assert seen and seen[0]["missing"] == ["preemptions_total"]
     assert seen[0]["guards"] == ["preemption_storm"]
     assert _degraded(_play(POLICY, _stream("vllm"))) == []     # all there: none
+
+
+# -- c. probation from the first serving; a speculative crash bars a stepped-up rung ------
+
+#: The chaos day's hysteresis (agent_supervisor/chaos/day.py): probation 60 s; the rung
+#: backoff is the default 3600 s.
+DAY = load_policy(POLICY_YAML.replace(
+    "hysteresis: {cooldown_seconds: 300, calm_seconds: 600, probation_seconds: 300,",
+    "hysteresis: {cooldown_seconds: 20, calm_seconds: 120, probation_seconds: 60,").replace(
+    "max_transitions_per_hour: 3}", "max_transitions_per_hour: 60}"))
+START_S = 49.0        # START one tick after the step up: serving 50 s after it
+SPEC_TAGS = ("cuda_illegal_memory_access",)
+
+
+@dataclass
+class _World:
+    """The engine as the executor drives it: every action but HOLD and SHED stops it, a
+    START launches it (ready ``START_S`` later); it crashes ``crash_after_s`` after it began
+    serving on a rung in ``crash_rungs`` (``tags``: the crash's log signatures)."""
+
+    crash_rungs: tuple[int, ...]
+    crash_after_s: float
+    tags: tuple[str, ...]
+    rung: int = 2
+    run: int = 1
+    state: EngineState = EngineState.READY
+    since_s: float = 0.0
+
+    def tick(self, t: float) -> Sample:
+        if self.state is EngineState.STARTING and t - self.since_s >= START_S:
+            self.state, self.since_s = EngineState.READY, t
+        crash = self.state is EngineState.READY and self.rung in self.crash_rungs \
+            and t - self.since_s >= self.crash_after_s
+        if crash:
+            self.state, self.since_s = EngineState.CRASHED, t
+        ready = self.state is EngineState.READY
+        return Sample(t_s=t, engine_state=self.state, engine_state_since_s=self.since_s,
+                      engine_run_id=f"r{self.run}", engine_rung=self.rung,
+                      engine_crash_reason="exited" if crash else None,
+                      engine_log_tags=self.tags if crash else (),
+                      requests_running=1.0 if ready else None,
+                      requests_waiting=0.0 if ready else None,
+                      generation_tokens_total=20.0 * t, prompt_tokens_total=50.0 * t,
+                      iteration_tokens_count_total=10.0 * t)
+
+    def act(self, t: float, d: Decision) -> None:
+        if d.action is Action.START:
+            self.run, self.rung = self.run + 1, d.rung
+            self.state, self.since_s = EngineState.STARTING, t
+        elif d.action not in (Action.HOLD, Action.SHED):
+            self.state, self.since_s = EngineState.STOPPED, t
+
+
+def _run(world: _World, until_s: float) -> tuple[list[tuple[float, Decision, LadderState]],
+                                                 LadderState]:
+    """Decide every second, as the service does; (time, decision, ladder after) each."""
+    window, ladder = Window(DAY.sampling.window_seconds), LadderState(2, since_s=0.0)
+    out = []
+    for t in range(int(until_s) + 1):
+        window.append(world.tick(float(t)))
+        d = decide(window, ladder, DAY, float(t))
+        ladder = advance(ladder, d, DAY, float(t))
+        world.act(float(t), d)
+        out.append((float(t), d, ladder))
+    return out, ladder
+
+
+def _acted(steps: list[tuple[float, Decision, LadderState]]) -> list[tuple[float, str, int]]:
+    return [(t, str(d.action), d.rung) for t, d, _ in steps
+            if d.action not in (Action.HOLD, Action.START)]
+
+
+def test_issue_29_probation_starts_when_the_stepped_up_rung_serves() -> None:
+    steps, _ = _run(_World(crash_rungs=(), crash_after_s=0.0, tags=()), 300)
+    up = next(t for t, d, _ in steps if d.action is Action.STEP_UP)
+    assert up == 120.0                                   # calm_seconds after the start
+    during_start = [lad for t, _, lad in steps if up <= t < up + 50]
+    assert all(lad.probation_until_s is None and lad.probation_pending_since_s == up
+               and lad.in_probation(up + 49) for lad in during_start)
+    serving = next(d for t, d, _ in steps if d.probation_from_s is not None)
+    assert serving.probation_from_s == up + 50            # the new engine's ready time
+    after = next(lad for t, _, lad in steps if t == up + 50)
+    assert after.probation_until_s == up + 50 + 60 and after.probation_pending_since_s is None
+    assert not after.in_probation(up + 110) and after.stepped_up
+
+
+def test_issue_29_speculative_crash_61_s_after_the_step_up_bars_the_rung() -> None:
+    # The issue's schedule: start 50 s, crash 61 s after the step up, probation 60 s.
+    steps, ladder = _run(_World(crash_rungs=(0, 1), crash_after_s=11.0, tags=SPEC_TAGS), 1800)
+    acted = _acted(steps)
+    assert acted[:2] == [(120.0, "step_up", 1), (181.0, "step_down", 2)]
+    crash = next(d for t, d, _ in steps if t == 181.0)
+    assert crash.marks_failing == 1 and crash.findings[0].response == "skip_speculation"
+    assert "mtp1 barred for a while" in crash.explanation
+    assert ladder.failing_until(1) == 181.0 + 3600.0
+    # Calm again for 1,600 s: the ladder never climbs back into mtp1 within the backoff.
+    assert [a for a in acted if a[1] == "step_up"] == [(120.0, "step_up", 1)]
+    assert acted[2:] == []
+
+
+def test_issue_29_a_plain_crash_long_after_probation_does_not_bar_the_rung() -> None:
+    # Control: no speculative signature, 200 s after the probation ended: a restart. (The
+    # ladder climbs on to mtp2 at 240 s, calm again; mtp2 serves from 290 s.)
+    world = _World(crash_rungs=(0, 1), crash_after_s=60.0 + 200.0, tags=())
+    steps, ladder = _run(world, 600)
+    acted = _acted(steps)
+    assert acted == [(120.0, "step_up", 1), (240.0, "step_up", 0), (550.0, "restart", 0)]
+    restart = next(d for t, d, _ in steps if t == 550.0)
+    assert restart.marks_failing is None and ladder.failing == () and ladder.rung == 0

@@ -39,7 +39,13 @@ def test_step_up_only_after_calm_one_rung_at_a_time_with_probation() -> None:
     assert (d.action, d.rung) == (Action.STEP_UP, 1)
     assert "on probation for 300 s" in d.explanation
     after = advance(ladder, d, POLICY, 700.0)
-    assert after.rung == 1 and after.probation_until_s == 1000.0
+    # Issue 29: the probation counts from the new engine's first serving, not from here.
+    assert after.rung == 1 and after.probation_until_s is None
+    assert after.probation_pending_since_s == 700.0 and after.in_probation(5000.0)
+    serving = samples(760, 770, rung=1, ready_since=760.0)
+    d = decide_on(serving, after)
+    assert d.probation_from_s == 760.0
+    assert advance(after, d, POLICY, 770.0).probation_until_s == 760.0 + 300.0
 
 
 def test_failure_during_probation_goes_back_and_bars_the_rung() -> None:
