@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,7 +18,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def since(text: str | None) -> datetime | None:
     """``--since``: an ISO time (UTC if naive) or an age like 30m, 12h, 7d; None: none.
-    Raises SystemExit (usage) naming the value otherwise."""
+    Raises SystemExit(EXIT_USAGE) naming the value otherwise (exit 2, as every usage error)."""
     if text is None:
         return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text)
@@ -27,7 +28,9 @@ def since(text: str | None) -> datetime | None:
     try:
         dt = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise SystemExit(f"--since: {text!r} is neither an ISO time nor an age like 12h") from exc
+        print(f"supervisor: --since: {text!r} is neither an ISO time nor an age like 12h",
+              file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from exc
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 

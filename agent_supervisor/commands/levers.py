@@ -212,6 +212,11 @@ def _n(v: float | None) -> str:
     return "unknown" if v is None else f"{v:g}"
 
 
+def _cap(v: int | None) -> str:
+    """The gateway's concurrency cap as said (None: gateway.max_concurrency unset)."""
+    return "no concurrency cap" if v is None else f"max {v}"
+
+
 def status_text(st: dict[str, Any]) -> str:
     """The text form of ``status_view`` (unknown values said as such, never 0)."""
     d = st.get("last_decision") or {}
@@ -243,7 +248,7 @@ def status_text(st: dict[str, Any]) -> str:
         f"in flight: engine {_n(inf['engine_requests_running'])} running, "
         f"{_n(inf['engine_requests_waiting'])} waiting"
         + (f"; gateway {gw['requests_in_flight']} in flight, {gw['requests_queued']} "
-           f"queued (max {gw['max_concurrency']})" if gw else "; no gateway"),
+           f"queued ({_cap(gw['max_concurrency'])})" if gw else "; no gateway"),
         "ladder:",
     ]
     for r in st["ladder"]:

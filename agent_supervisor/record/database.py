@@ -92,7 +92,9 @@ def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> E
     except ModuleNotFoundError as exc:
         # The PostgreSQL driver is the [postgres] extra (pyproject.toml), not a dependency.
         raise StoreError(f"cannot open database {safe_url(url)}: its driver {exc.name!r} is not "
-                         "installed: pip install 'agent-serving-supervisor[postgres]'"
+                         "installed: install psycopg 3 beside the supervisor "
+                         "(pip install 'psycopg[binary]>=3.1,<4'; from a checkout: "
+                         "pip install '.[postgres]')"
                          ) from exc
     except (SQLAlchemyError, ValueError, OSError) as exc:
         raise StoreError(f"cannot open database {safe_url(url)}: {exc}") from exc

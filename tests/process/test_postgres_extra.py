@@ -31,6 +31,6 @@ def test_issue_19_postgres_without_the_extra_names_the_extra(tmp_path) -> None:
             "    print(exc)\n")
     out = run(["-c", code], [ROOT])
     assert out.returncode == 0, out
-    assert "its driver 'psycopg' is not installed: pip install " \
-        "'agent-serving-supervisor[postgres]'" in out.stdout
+    assert "its driver 'psycopg' is not installed: install psycopg 3 beside the supervisor " \
+        "(pip install 'psycopg[binary]>=3.1,<4'" in out.stdout
     assert "secret" not in out.stdout
