@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MASK", "is_secret_name", "mask_argv", "mask_env", "mask_text"]
+__all__ = ["MASK", "is_secret_name", "mask_argv", "mask_env", "mask_json", "mask_text"]
 
 MASK = "***"
 
@@ -26,7 +26,10 @@ _SECRET_WORD = re.compile(r"(token|key|secret|password|passwd|credentials?|auth)
 _ENV_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _NAME = r"[A-Za-z0-9_.-]*?(?:token|key|secret|password|passwd|credentials?|auth)"
 # --api-key VALUE / --api-key=VALUE / HF_TOKEN=VALUE / 'api_key': 'VALUE' / "token": "V"
+# / ['--api-key', 'VALUE'] (an argument vector printed as a Python or JSON list: issue 34,
+# a traceback's "cmd=[...]" put the engine key in the incident's log tail)
 _TEXT_PATTERNS = (
+    re.compile(rf"""(['"]--{_NAME}['"]\s*,\s*)()('[^']*'|"[^"]*")""", re.I),
     re.compile(rf"(--{_NAME})([ =])(\S+)", re.I),
     re.compile(rf"(\b{_NAME})(=)(\S+)", re.I),
     re.compile(rf"""(['"]{_NAME}['"]\s*)(:\s*)(\[[^\]]*\]|'[^']*'|"[^"]*")""", re.I),
@@ -104,10 +107,28 @@ def mask_env(env: Mapping[str, Any]) -> dict[str, Any]:
     return {k: MASK if is_secret_name(k) else v for k, v in env.items()}
 
 
+def mask_json(value: Any) -> Any:
+    """A JSON-like value (trace records, incident findings) with secrets masked: every
+    string through ``mask_text``, a list of strings first through ``mask_argv`` (an
+    argument vector: ``["--api-key", "X"]``), and the string values of secret-named keys
+    replaced by ``***``. Tuples become lists; other values stay as they are."""
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, dict):
+        return {k: MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str)
+                else mask_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(v, str) for v in value):
+            return [mask_text(v) for v in mask_argv(value)]
+        return [mask_json(v) for v in value]
+    return value
+
+
 def mask_text(text: str | None) -> str | None:
     """Log text with secret-looking assignments masked: ``--api-key X``, ``HF_TOKEN=X``,
-    ``'api_key': 'X'`` (vLLM logs its non-default arguments this way at start-up) and
-    ``Bearer X``. None stays None."""
+    ``'api_key': 'X'`` (vLLM logs its non-default arguments this way at start-up),
+    ``['--api-key', 'X']`` (an argument vector printed as a list) and ``Bearer X``. None
+    stays None."""
     if not text:
         return text
     for pattern in _TEXT_PATTERNS:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from agent_supervisor.commands.common import EXIT_OK, EXIT_USAGE, store_of
 from agent_supervisor.policy import build_argv, load_policy_file
+from agent_supervisor.privacy import mask_argv
 
 __all__ = ["bench", "calibrate", "demo_models", "engine_env", "policy_check", "replay",
            "sample", "systemd_unit"]
@@ -24,7 +25,7 @@ def policy_check(args: argparse.Namespace) -> int:
     print(f"{path}: valid policy for fleet {policy.fleet!r}, {len(policy.modes)} modes "
           "(fastest first; * = initial)")
     argv = build_argv(policy, policy.modes[policy.initial_rung])
-    print(f"engine: {' '.join(argv)}")
+    print(f"engine: {' '.join(mask_argv(argv))}")   # never a key on a terminal (issue 34)
     print(f"  cwd {policy.working_directory}")
     box = policy.engine.container
     if box is not None:

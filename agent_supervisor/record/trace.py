@@ -36,6 +36,7 @@ from typing import IO, Any
 from pydantic import TypeAdapter, ValidationError
 
 from agent_supervisor.decide.decision import Decision
+from agent_supervisor.privacy import mask_json
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from agent_supervisor.telemetry.sample import Sample
@@ -52,7 +53,8 @@ _TYPES = ("header", "sample", "decision", "skip", "operator")
 
 
 class TraceWriter:
-    """Appends trace records to a file, one flushed line each."""
+    """Appends trace records to a file, one flushed line each, secrets masked
+    (``privacy.mask_json``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -62,7 +64,9 @@ class TraceWriter:
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._f is not None:
-            self._f.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+            # Engine log lines and evidence can carry the engine's key (issue 34).
+            self._f.write(json.dumps(mask_json(record), separators=(",", ":"),
+                                     default=str) + "\n")
             self._f.flush()
 
     def header(self, *, fleet: str, t0_s: float, baselines: Baselines, rung: int = 0,

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from agent_supervisor.act.incident import Incident, Transition
 from agent_supervisor.errors import StoreError
-from agent_supervisor.privacy import MASK, is_secret_name, mask_argv, mask_text
+from agent_supervisor.privacy import mask_argv, mask_json, mask_text
 from agent_supervisor.record.models import (
     EngineRunRow,
     IncidentRow,
@@ -84,19 +84,11 @@ def update_run(session: Session, *, run_id: str, values: dict[str, Any]) -> None
 
 
 def _masked(value: Any) -> Any:
-    """``value`` (JSON-like) with every string passed through ``mask_text``, the
-    values of secret-named keys replaced, and NaN and infinities made None (JSON has
-    neither: PostgreSQL refused such incidents, issue 34)."""
-    if isinstance(value, str):
-        return mask_text(value)
-    if isinstance(value, float):
-        return json_finite(value)
-    if isinstance(value, dict):
-        return {k: MASK if isinstance(k, str) and is_secret_name(k) and isinstance(v, str)
-                else _masked(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_masked(v) for v in value]
-    return value
+    """``value`` (JSON-like) with secrets masked (``privacy.mask_json``: strings through
+    ``mask_text``, argument vectors through ``mask_argv``, secret-named keys replaced)
+    and NaN and infinities made None (JSON has neither: PostgreSQL refused such
+    incidents, issue 34)."""
+    return json_finite(mask_json(value))
 
 
 def insert_incident(session: Session, *, fleet: str, host: str, incident: Incident) -> int:

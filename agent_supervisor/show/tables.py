@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from agent_supervisor.policy import Policy, needs_restart, render_args
+from agent_supervisor.privacy import mask_argv
 from agent_supervisor.record.models import EngineRunRow, IncidentRow
 from agent_supervisor.show.export import incident_dict, run_dict
 
@@ -31,12 +32,14 @@ def _ts(dt: datetime | None) -> str | None:
 
 
 def ladder_table(policy: Policy) -> str:
-    """The ladder, fastest first: rung, mode, whether reaching it needs a restart, args."""
+    """The ladder, fastest first: rung, mode, whether reaching it needs a restart, args
+    (secrets masked: ``privacy.mask_argv``)."""
     rows = []
     for i, mode in enumerate(policy.modes):
         restart = "-" if i == 0 else ("yes" if needs_restart(policy.modes[i - 1], mode) else "no")
         marker = "*" if i == policy.initial_rung else ""
-        rows.append([f"{i}{marker}", mode.name, restart, " ".join(render_args(mode.args))])
+        rows.append([f"{i}{marker}", mode.name, restart,
+                     " ".join(mask_argv(render_args(mode.args)))])
     return table(["rung", "mode", "restart", "engine arguments"], rows)
 
 
