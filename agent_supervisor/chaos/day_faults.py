@@ -19,6 +19,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
+
 from agent_supervisor.chaos.day_schedule import Day, Fault
 from agent_supervisor.chaos.harness import Rig
 from agent_supervisor.chaos.scenarios import BALLOON
@@ -146,10 +148,13 @@ class Injector:
             return {"skipped": f"no engine serving within {WAIT_FOR_ENGINE_SECONDS:g} s"}
         try:
             core = Rig.child(pid, "VLLM::EngineCore")
-        except (AssertionError, OSError) as exc:
+        except (AssertionError, OSError, psutil.Error) as exc:
             return {"skipped": f"no EngineCore under {pid}: {exc}"}
         at = time.time()
-        os.kill(core, signal.SIGKILL if fault.kind == "crash" else signal.SIGSTOP)
+        try:
+            os.kill(core, signal.SIGKILL if fault.kind == "crash" else signal.SIGSTOP)
+        except ProcessLookupError:      # it died between the look and the signal
+            return {"skipped": f"EngineCore {core} under {pid} gone before the signal"}
         if fault.kind == "hang":
             self.hangs.append({"api_pid": pid, "core_pid": core, "start": at})
             timer = threading.Timer(self.day.hang_operator_seconds, self._operator_kill,

@@ -254,9 +254,22 @@ class Rig:
 
     @staticmethod
     def child(api_pid: int, title: str) -> int:
-        """Pid of the descendant whose process title starts with ``title``."""
-        for p in psutil.Process(api_pid).children(recursive=True):
-            if p.cmdline()[:1] and p.cmdline()[0].startswith(title):
+        """Pid of the descendant whose process title starts with ``title``.
+
+        A descendant that exits, turns zombie or cannot be read while it is looked at is
+        passed over (issue 34: ``psutil.ZombieProcess`` from an EngineCore killed a
+        moment before ended the day benchmark with a traceback). Raises AssertionError
+        when there is no such descendant, or ``api_pid`` itself is gone."""
+        try:
+            children = psutil.Process(api_pid).children(recursive=True)
+        except psutil.Error as exc:
+            raise AssertionError(f"no {title} under {api_pid}: {exc}") from None
+        for p in children:
+            try:
+                argv = p.cmdline()
+            except psutil.Error:         # NoSuchProcess, ZombieProcess, AccessDenied
+                continue
+            if argv[:1] and argv[0].startswith(title):
                 return p.pid
         raise AssertionError(f"no {title} under {api_pid}")
 
