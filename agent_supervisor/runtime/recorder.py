@@ -18,7 +18,7 @@ from agent_supervisor.decide.findings import Finding
 from agent_supervisor.record.records import AddIncident, AddRun, Record, UpdateRun
 from agent_supervisor.record.writer import RecordWriter
 from agent_supervisor.show.alerts import Alerter
-from agent_supervisor.show.metrics import SupervisorMetrics
+from agent_supervisor.show.metrics import SupervisorMetrics, transition_cause
 
 __all__ = ["Recorder"]
 
@@ -49,6 +49,10 @@ class Recorder:
         if transition is not None:
             self.metrics.transitions.labels(transition.from_mode or "", transition.to_mode,
                                             transition.actor).inc()
+            if transition.from_rung is not None and transition.to_rung != transition.from_rung:
+                direction = "down" if transition.to_rung > transition.from_rung else "up"
+                self.metrics.rung_changes.labels(direction,
+                                                 transition_cause(transition.actor)).inc()
         self.alerter.notify(incident, transition)
 
     def engine_serving(self, mode: str, run_id: str) -> None:

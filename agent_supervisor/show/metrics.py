@@ -38,7 +38,15 @@ from agent_supervisor.states import CrashReason, EngineState
 from agent_supervisor.telemetry.rates import EngineRates
 from agent_supervisor.telemetry.sample import Sample
 
-__all__ = ["SAMPLE_GAUGES", "StateCollector", "SupervisorMetrics", "register_process_metrics"]
+__all__ = ["SAMPLE_GAUGES", "TRANSITION_CAUSES", "StateCollector", "SupervisorMetrics",
+           "register_process_metrics", "transition_cause"]
+
+#: Who moved the ladder, the ``cause`` label of ``supervisor_rung_changes_total``: a
+#: guard's finding, an operator's lever (``supervisor step down``, pin), the calm-period
+#: schedule (a step up), or start-up (the previous life). Bounded, so every series is
+#: created at 0 and an alert rule can leave the operator's own moves out (issue 33: the
+#: ``StepDown`` alert fired on an operator's ``supervisor step down``).
+TRANSITION_CAUSES = ("guard", "operator", "schedule", "startup")
 
 #: Sample field -> (metric name, help). Unknown (None) values are left out of a scrape.
 SAMPLE_GAUGES: dict[str, tuple[str, str]] = {
@@ -98,6 +106,11 @@ class SupervisorMetrics:
         self.decisions = Counter("supervisor_decisions_total",
                                  "Decisions other than hold, by action.", ["action"],
                                  registry=registry)
+        self.rung_changes = Counter(
+            "supervisor_rung_changes_total",
+            "Rung changes, by direction (down: to a safer mode, up: to a faster one) and "
+            "cause (guard, operator, schedule, startup).", ["direction", "cause"],
+            registry=registry)
         self.alerts = Counter("supervisor_alerts_total",
                               "Webhook alerts, by outcome (sent, failed, suppressed).",
                               ["outcome"], registry=registry)
@@ -106,6 +119,16 @@ class SupervisorMetrics:
         # "Instrumentation: avoid missing metrics").
         for reason in CrashReason:
             self.incidents.labels(str(reason), "critical")
+        for direction in ("down", "up"):
+            for cause in TRANSITION_CAUSES:
+                self.rung_changes.labels(direction, cause)
+
+
+def transition_cause(actor: str) -> str:
+    """The ``cause`` label of a transition's ``actor`` (``guard:<name>``, ``operator``,
+    ``schedule``, ``startup``): the actor without the guard's name."""
+    cause = actor.split(":", 1)[0]
+    return cause if cause in TRANSITION_CAUSES else "guard"
 
 
 def register_process_metrics(registry: CollectorRegistry) -> None:

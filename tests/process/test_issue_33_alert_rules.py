@@ -1,0 +1,87 @@
+"""Issue 33, alert rules: an operator's own step down never pages, the rules' texts name
+policy keys that exist, and every rule links its section of the runbook."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.record.store import Store
+from agent_supervisor.show.metrics import TRANSITION_CAUSES
+from tests.process.test_issue_19_alert_rules import RULES, promtool, rules
+from tests.process.test_recorder import make_recorder, sample_value
+
+
+def _step_down_case(cause: str) -> dict:
+    """A promtool test case: rung 0 -> 1 at 3m by ``cause``; every other cause's series
+    at 0 from the first scrape, as the supervisor exports them."""
+    series = [{"series": 'supervisor_rung{job="s", instance="a"}', "values": "0 0 0 1x12"}]
+    for c in TRANSITION_CAUSES:
+        series.append({
+            "series": f'supervisor_rung_changes_total{{job="s", instance="a", '
+                      f'direction="down", cause="{c}"}}',
+            "values": "0 0 0 1x12" if c == cause else "0x15"})
+    return {"name": f"a step down by {cause}", "interval": "1m", "input_series": series}
+
+
+def _fired(rung: int) -> list[dict]:
+    """StepDown as it fires on instance ``a`` at ``rung`` (its annotations rendered)."""
+    (rule,) = [r for r in rules() if r["alert"] == "StepDown"]
+    rendered = {k: v.replace("{{ $labels.instance }}", "a").replace("{{ $value }}", str(rung))
+                for k, v in rule["annotations"].items()}
+    return [{"exp_labels": {"severity": "warning", "job": "s", "instance": "a"},
+             "exp_annotations": rendered}]
+
+
+def _run_rule_test(tmp_path: Path, cases: list[dict]) -> subprocess.CompletedProcess:
+    (tmp_path / RULES.name).write_text(RULES.read_text())
+    (tmp_path / "t.yml").write_text(yaml.safe_dump({
+        "rule_files": [RULES.name], "evaluation_interval": "1m", "tests": cases}))
+    return subprocess.run([promtool(), "test", "rules", "t.yml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_issue_33_an_operator_step_down_does_not_fire_step_down(tmp_path: Path) -> None:
+    quiet = _step_down_case("operator")
+    quiet["alert_rule_test"] = [{"eval_time": t, "alertname": "StepDown", "exp_alerts": []}
+                                for t in ("3m", "4m", "8m", "14m")]
+    paged = _step_down_case("guard")
+    paged["alert_rule_test"] = [{"eval_time": "4m", "alertname": "StepDown",
+                                 "exp_alerts": _fired(1)}]
+    run = _run_rule_test(tmp_path, [quiet, paged])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # A startup step down (the previous life crashed the host) pages like a guard's.
+    startup = _step_down_case("startup")
+    startup["alert_rule_test"] = paged["alert_rule_test"]
+    run = _run_rule_test(tmp_path, [startup])
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_issue_33_recorder_counts_rung_changes_by_direction_and_cause(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}", fleet="test")
+    recorder, registry = make_recorder(store, tmp_path, "http://127.0.0.1:9/")
+    # Every series is there at 0 before the first change (for increase()).
+    for direction in ("down", "up"):
+        for cause in TRANSITION_CAUSES:
+            assert registry.get_sample_value("supervisor_rung_changes_total", {
+                "direction": direction, "cause": cause}) == 0.0, (direction, cause)
+    now = datetime.now(UTC)
+    for actor, frm, to in (("operator", 0, 1), ("guard:memory_floor", 1, 2),
+                           ("schedule", 2, 1), ("startup", 0, 1), ("operator", 1, 1)):
+        recorder.incident(Incident(kind="step_down", severity="info", started_at=now,
+                                   action="step_down", explanation="test"),
+                          Transition(at=now, from_mode=f"m{frm}", to_mode=f"m{to}",
+                                     from_rung=frm, to_rung=to, reason="test", actor=actor))
+    values = {(d, c): sample_value(registry, "supervisor_rung_changes_total",
+                                   direction=d, cause=c)
+              for d in ("down", "up") for c in TRANSITION_CAUSES}
+    assert {k: v for k, v in values.items() if v} == {
+        ("down", "operator"): 1.0, ("down", "guard"): 1.0, ("up", "schedule"): 1.0,
+        ("down", "startup"): 1.0}
+    # The transitions counter keeps its series and labels.
+    assert sample_value(registry, "supervisor_transitions_total", from_mode="m1",
+                        to_mode="m2", actor="guard:memory_floor") == 1.0
