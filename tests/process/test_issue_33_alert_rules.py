@@ -3,13 +3,18 @@ policy keys that exist, and every rule links its section of the runbook."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import typing
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.policy import Policy
 from agent_supervisor.record.store import Store
 from agent_supervisor.show.metrics import TRANSITION_CAUSES
 from tests.process.test_issue_19_alert_rules import RULES, promtool, rules
@@ -85,3 +90,55 @@ def test_issue_33_recorder_counts_rung_changes_by_direction_and_cause(tmp_path: 
     # The transitions counter keeps its series and labels.
     assert sample_value(registry, "supervisor_transitions_total", from_mode="m1",
                         to_mode="m2", actor="guard:memory_floor") == 1.0
+
+
+#: A dotted policy key as the rules' texts name it: ``guards.memory_floor.min_available_bytes``,
+#: ``modes[].gateway`` (a list's items written ``[]``).
+_KEY = re.compile(r"(?<![\w.])([a-z_]+(?:\[\])?(?:\.[a-z_]+(?:\[\])?)+)(?![\w])")
+
+
+def policy_key_exists(key: str) -> bool:
+    """Whether ``key`` resolves field by field in the Policy model (pydantic)."""
+    model: Any = Policy
+    for part in key.split("."):
+        name = part.removesuffix("[]")
+        fields = getattr(model, "model_fields", None)
+        if fields is None or name not in fields:
+            return False
+        annotation = fields[name].annotation
+        models = [a for a in (annotation, *_args_deep(annotation))
+                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = models[0] if models else None
+    return True
+
+
+def _args_deep(tp: Any) -> list[Any]:
+    out: list[Any] = []
+    for arg in typing.get_args(tp):
+        out += [arg, *_args_deep(arg)]
+    return out
+
+
+def policy_keys_named(text: str) -> set[str]:
+    """The dotted words of ``text`` whose first part is a top-level policy key."""
+    return {k for k in _KEY.findall(text)
+            if k.split(".", 1)[0].removesuffix("[]") in Policy.model_fields}
+
+
+def test_issue_33_policy_key_resolution_tells_real_keys_from_made_up_ones() -> None:
+    assert policy_key_exists("guards.memory_floor.min_available_bytes")
+    assert policy_key_exists("restart.start_limit_burst")
+    assert policy_key_exists("hysteresis.calm_seconds")
+    assert policy_key_exists("modes[].gateway.max_concurrency")
+    assert not policy_key_exists("hysteresis.step_up_after_seconds")
+    assert not policy_key_exists("guards.memory_floor.min_available")
+    assert policy_keys_named("after hysteresis.step_up_after_seconds of calm; see "
+                             "supervisor.rules.yml and prometheus.yml") == {
+        "hysteresis.step_up_after_seconds"}
+
+
+def test_issue_33_every_policy_key_a_rule_names_exists() -> None:
+    named = {(r["alert"], key) for r in rules() for text in r["annotations"].values()
+             for key in policy_keys_named(text)}
+    assert named, "no rule names a policy key"
+    assert [(alert, key) for alert, key in sorted(named) if not policy_key_exists(key)] == []
