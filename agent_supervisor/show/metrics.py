@@ -34,7 +34,8 @@ from prometheus_client.registry import Collector
 from agent_supervisor import __version__
 from agent_supervisor.decide.ladder import LadderState, recent_crashes
 from agent_supervisor.policy import Policy
-from agent_supervisor.states import CrashReason, EngineState
+from agent_supervisor.show.incident_kinds import KNOWN_INCIDENTS
+from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.rates import EngineRates
 from agent_supervisor.telemetry.sample import Sample
 
@@ -114,11 +115,12 @@ class SupervisorMetrics:
         self.alerts = Counter("supervisor_alerts_total",
                               "Webhook alerts, by outcome (sent, failed, suppressed).",
                               ["outcome"], registry=registry)
-        # Series an alert rule counts with increase() exist from the first scrape at 0, so
-        # the first crash or hang of a life is an increase too (prometheus.io
-        # "Instrumentation: avoid missing metrics").
-        for reason in CrashReason:
-            self.incidents.labels(str(reason), "critical")
+        # Series an alert rule or the dashboard's incidents annotation counts with
+        # increase() exist from the first scrape at 0, so the first incident of each kind
+        # in a life is an increase too (prometheus.io "Instrumentation: avoid missing
+        # metrics"; show/incident_kinds.py).
+        for kind, severity in KNOWN_INCIDENTS:
+            self.incidents.labels(kind, severity)
         for direction in ("down", "up"):
             for cause in TRANSITION_CAUSES:
                 self.rung_changes.labels(direction, cause)
