@@ -8,10 +8,14 @@
   comes. Replayed closed-loop (``_World``): the issue's schedule, a start of 50 s and a
   persistent speculative crash 61 s after each step up (probation 60 s), which made the
   ladder climb back into the crashing rung every 45-55 s.
+- d. A hang on a huge prompt is judged with the prompt tokens in flight when the stall
+  began: a client re-sending its prompt (retries stack in the gateway's count) no longer
+  moves the verdict away (the field case of eugr/spark-vllm-docker#409, with re-sends).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.engine_series import ENGINE_SERIES
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
+from tests.helpers.field_cases import FIELD, first_action, load_case, play_case
 from tests.unit.scenario import POLICY, POLICY_YAML, play, samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,3 +199,33 @@ def test_issue_29_a_plain_crash_long_after_probation_does_not_bar_the_rung() -> 
     assert acted == [(120.0, "step_up", 1), (240.0, "step_up", 0), (550.0, "restart", 0)]
     restart = next(d for t, d, _ in steps if t == 550.0)
     assert restart.marks_failing is None and ladder.failing == () and ladder.rung == 0
+
+
+# -- d. a client re-sending its huge prompt does not move the hang verdict ----------------
+
+PROMPT = 560_000          # the report's ~560K-token prompt (580,000 in flight with 2 x 10K)
+
+
+def _resent(x: Sample) -> Sample:
+    """``x`` with the client's re-sends of the prompt stacked in the gateway's count: one
+    every 120 s from 420 s (its own timeout) while the stall lasts."""
+    copies = max(0, int((x.t_s - 300) // 120))
+    return dataclasses.replace(
+        x, gateway_prompt_tokens_in_flight=(x.gateway_prompt_tokens_in_flight or 0)
+        + copies * PROMPT, gateway_requests_in_flight=(x.gateway_requests_in_flight or 0)
+        + copies)
+
+
+def test_issue_29_a_client_resending_its_huge_prompt_does_not_move_the_hang_verdict() -> None:
+    case = load_case(FIELD / "engine_hung" / "huge_prompt_hang.yaml")
+    resent = dataclasses.replace(case, samples=[_resent(x) for x in case.samples])
+    assert resent.samples[-1].gateway_prompt_tokens_in_flight == 580_000 + 3 * PROMPT
+    alone = first_action(play_case(case), skip=("shed",))
+    again = first_action(play_case(resent), skip=("shed",))
+    assert alone is not None and again is not None, "no hang verdict with the re-sends"
+    assert again[0] == alone[0] and 700 <= again[0] <= 715
+    assert (again[1].action, again[1].rung) == (Action.STEP_DOWN, 2)   # the 128K cap rung
+    evidence = again[1].findings[0].evidence
+    assert evidence["prompt_tokens_in_flight"] == 580_000
+    assert evidence["prompt_tokens_in_flight_now"] == 580_000 + 3 * PROMPT
+    assert evidence["stall_seconds"] == round(60 + 0.58 * 600, 1)

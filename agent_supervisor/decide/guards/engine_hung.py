@@ -8,9 +8,12 @@ during start-up (or the grace after ready), while idle, or while any counter mov
 long prefill under load advances them); a slow /health proves nothing.
 
 The stall window:
-- grows with the prompt tokens the gateway holds in flight
+- grows with the prompt tokens the gateway held in flight when the stall began
   (``stall_seconds_per_million_prompt_tokens``): one chunked-prefill step deep into a
-  ~560K-token context ran for minutes on 2x GB10 (eugr/spark-vllm-docker#409);
+  ~560K-token context ran for minutes on 2x GB10 (eugr/spark-vllm-docker#409). Requests
+  that arrive later queue behind the step in progress and cannot lengthen it; counting
+  them let a client that re-sends the prompt it waits for (each retry stacks in the
+  gateway's count) push the verdict away for ever (issue 29);
 - shrinks to ``power_hint_stall_seconds`` while the GPU reads busy at idle power with
   requests in flight (a wedged kernel spinning: ~95% util at 16-27 W against ~45 W
   healthy, eugr/spark-vllm-docker#260). The canary still decides.
@@ -84,6 +87,15 @@ def _stall(sit: Situation, known: list[Sample]) -> tuple[float, float, Sample] |
     return since, last.t_s - since, last
 
 
+def _stall_prompt(span: list[Sample]) -> int:
+    """Prompt tokens the gateway held when the stall began: the most of the first two
+    known readings of the stall (the sample that began it and the first that showed it
+    flat), never the ones that came after (see the module doc; issue 29)."""
+    read = [x.gateway_prompt_tokens_in_flight for x in span
+            if x.gateway_prompt_tokens_in_flight is not None]
+    return max(read[:2], default=0)
+
+
 def _power_hint(sit: Situation, span: list[Sample]) -> bool:
     """Busy at idle power on every sample of the stall that has both readings."""
     cfg = sit.policy.guards.engine_hung
@@ -139,7 +151,7 @@ def check(sit: Situation) -> list[Finding]:
         return []
     since, flat, last = got
     span = [x for x in known if x.t_s >= since]
-    prompt = max((x.gateway_prompt_tokens_in_flight or 0 for x in span), default=0)
+    prompt = _stall_prompt(span)
     allowance = prompt / 1e6 * cfg.stall_seconds_per_million_prompt_tokens
     hint = _power_hint(sit, [x for x in span if x.t_s > since])
     window = cfg.power_hint_stall_seconds if hint else cfg.stall_seconds + allowance
@@ -149,9 +161,9 @@ def check(sit: Situation) -> list[Finding]:
                 and (x.gateway_requests_in_flight or 0) > 0 for x in span)
     evidence = {
         "run_id": s.engine_run_id, "requests_running": last.requests_running,
-        "requests_waiting": last.requests_waiting,
+        "requests_waiting": last.requests_waiting, "prompt_tokens_in_flight": prompt,
         "gateway_requests_in_flight": last.gateway_requests_in_flight,
-        "prompt_tokens_in_flight": prompt,
+        "prompt_tokens_in_flight_now": last.gateway_prompt_tokens_in_flight,
         "flat_seconds": round(flat, 1), "stall_seconds": round(window, 1),
         "power_hint": hint, "gpu_power_w": last.gpu_power_w,
         "gpu_utilization_ratio": last.gpu_utilization_ratio,
