@@ -63,6 +63,7 @@ from agent_supervisor.gateway.streaming import (
     stream_response,
 )
 from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
+from agent_supervisor.gateway.visibility import answer_headers, mode_headers, models_with_mode
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
@@ -324,7 +325,8 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
         gw.metrics.requests.labels("rejected").inc()
         return api_error(api, exc.status, str(exc), type_="rate_limit_error" if
                          exc.status == 429 else "server_error", code=exc.reason,
-                         headers={"Retry-After": str(exc.retry_after_seconds)})
+                         headers={"Retry-After": str(exc.retry_after_seconds),
+                                  **mode_headers(gw)})
     slot = Slot(gw.admission, tokens)
     gw.metrics.queue_wait.observe(waited)
     try:
@@ -332,7 +334,7 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
         watch = gw.quality.watch(agent_label(_agent_key(request), gw.key_names),
                                  gw.quality.request(body)) if body else None
         return await _forward(gw, request, api, path, plan.upstream_raw if plan else raw,
-                              slot, plan=plan, watch=watch)
+                              slot, plan=plan, watch=watch, held_s=waited)
     except BaseException:
         await slot.aclose()
         raise
@@ -340,20 +342,26 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
 
 async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: bytes,
                    slot: Slot | None, *, plan: Resumption | None = None,
-                   watch: AnswerWatch | None = None) -> WholeResponse | StreamResponse | Response:
-    """Send upstream; retry once on a failure before any byte reached the client."""
+                   watch: AnswerWatch | None = None, held_s: float = 0.0,
+                   ) -> WholeResponse | StreamResponse | Response:
+    """Send upstream; retry once on a failure before any byte reached the client.
+    ``held_s``: seconds the request waited for its slot (the answer's headers say it,
+    agent_supervisor/gateway/visibility.py, with the wait before a re-send added)."""
     epoch = gw.epoch
     headers = upstream_headers(gw, request)
     query = request.scope["query_string"].decode()     # as Starlette's URL does
     resp: UpstreamResponse | None = None
     for attempt in (0, 1):
+        t_cut: float | None = None           # when the engine failed this request
         try:
             resp = await send_upstream(gw, request.method, path, query, raw, headers)
             if resp.content_type == "text/event-stream" and resp.status < 500:
                 return stream_response(gw, api, resp, slot, plan, headers, query, watch,
-                                       path)
+                                       path, answer_headers(gw, held_seconds=held_s,
+                                                            resumed=attempt == 1))
             content = await resp.read()
             resp.release()
+            t_cut = time.monotonic()
             if resp.status in _RETRYABLE_STATUS and attempt == 0 and slot is not None \
                     and await _crashed(gw, epoch):
                 raise UpstreamError(f"engine answered {resp.status} "
@@ -361,9 +369,10 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
         except (UpstreamError, TimeoutError) as exc:
             if resp is not None:
                 resp.close()
-            t_cut = time.monotonic()
+            t_cut = time.monotonic() if t_cut is None else t_cut
             if attempt == 0 and await gw.wait_engine(epoch):
                 gw.metrics.retries.inc()
+                held_s += time.monotonic() - t_cut
                 gw.resumptions.resent(path, waited=time.monotonic() - t_cut)
                 logger.info("retrying %s %s once on the engine now ready (%s)",
                             request.method, path, exc.__class__.__name__)
@@ -374,7 +383,8 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
                 await slot.aclose()
             return api_error(api, 503, "the engine is not answering "
                              f"({exc.__class__.__name__})", type_="server_error",
-                             code="engine_unavailable", headers={"Retry-After": "5"})
+                             code="engine_unavailable",
+                             headers={"Retry-After": "5", **mode_headers(gw)})
         except BaseException:
             if resp is not None:
                 resp.close()                  # cancelled: the engine aborts the request
@@ -384,7 +394,10 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
         if watch is not None:
             watch.whole(resp.status, content, switched=gw.switched(epoch))
         gw.metrics.requests.labels("ok" if resp.status < 500 else "upstream_error").inc()
-        return WholeResponse(resp.status, response_headers(resp), content)
+        if path == "/v1/models" and resp.status == 200:
+            content = models_with_mode(gw, content)
+        return WholeResponse(resp.status, [*response_headers(resp), *answer_headers(
+            gw, held_seconds=held_s, resumed=attempt == 1)], content)
     raise AssertionError("unreachable: the loop returns")
 
 

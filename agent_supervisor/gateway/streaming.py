@@ -35,6 +35,7 @@ from agent_supervisor.gateway.quality import AnswerWatch
 from agent_supervisor.gateway.resume import Resumption, StreamTap
 from agent_supervisor.gateway.sse import end_markers
 from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
+from agent_supervisor.gateway.visibility import held_comment, resumed_comment
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
@@ -311,6 +312,7 @@ class _Stream:
         logger.info("engine stream cut (%s) after %d tokens: holding it open for "
                     "the next engine", self.cut, self.tap.tokens_sent())
         t0 = time.monotonic()
+        write(held_comment(gw))
         async for beat in _await_engine(gw, epoch_at_cut):
             write(beat)
         nxt = await _resume_upstream(gw, plan, self.tap, self.headers, self.query)
@@ -320,6 +322,7 @@ class _Stream:
             write(self._end(plan.unsupported or "the engine did not come back in "
                             "time: retry the request"))
             return False
+        write(resumed_comment(gw, time.monotonic() - t0))
         self.up = nxt
         self.tap.continue_with(plan)
         return True
@@ -328,12 +331,14 @@ class _Stream:
 def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | None,
                     plan: Resumption | None, headers: dict[str, str], query: str,
                     watch: AnswerWatch | None = None, path: str | None = None,
-                    ) -> StreamResponse:
+                    extra: list[tuple[bytes, bytes]] | None = None) -> StreamResponse:
     """The client's streaming response for the engine's ``resp`` to a request on
     ``path`` (``plan``: how to continue it after a cut, or None; ``watch``:
-    agent_supervisor/gateway/quality.py)."""
+    agent_supervisor/gateway/quality.py; ``extra``: headers added to the engine's,
+    agent_supervisor/gateway/visibility.py)."""
     stream = _Stream(gw, api, resp, slot, plan, headers, query, watch, path)
-    return StreamResponse(resp.status, response_headers(resp), stream.pump, stream.close)
+    return StreamResponse(resp.status, [*response_headers(resp), *(extra or ())],
+                          stream.pump, stream.close)
 
 
 async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:

@@ -92,10 +92,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, b'{"error": {"message": "engine: not JSON"}}')
             return
         if self.path == "/tokenize":
-            text = " ".join(m.get("content", "") for m in body.get("messages", [])) \
-                or body.get("prompt", "")
-            self._send(200, json.dumps({"count": len(text.split()), "max_model_len": 1024,
-                                        "tokens": []}).encode())
+            # One token a word: "wN" is id N (as the completions stream numbers its
+            # words), any other word 1000 + its place (a prompt's words).
+            messages = body.get("messages")
+            words = _words(messages) if messages else str(body.get("prompt", "")).split()
+            ids = [1000 + j if messages or not (w[:1] == "w" and w[1:].isdigit())
+                   else int(w[1:]) for j, w in enumerate(words)]
+            self._send(200, json.dumps({"count": len(words), "max_model_len": 1024,
+                                        "tokens": ids}).encode())
             return
         if self.path == "/v1/chat/completions":
             self._chat(body)
@@ -183,11 +187,13 @@ class Handler(BaseHTTPRequestHandler):
         anthropic/serving.py does (message_start, content_block_delta ..., message_stop)
         or whole."""
         words = [f"w{i}" for i in range(state["tokens"])]
+        system = [{"content": body["system"]}] if isinstance(body.get("system"), str) else []
+        prompt_tokens = len(_words(system + list(body.get("messages") or [])))
         if not body.get("stream"):
             self._send(200, json.dumps({
                 "id": "msg_fake", "type": "message", "role": "assistant",
                 "model": "fake-model", "content": [{"type": "text", "text": " ".join(words)}],
-                "stop_reason": "end_turn", "usage": {"input_tokens": 3,
+                "stop_reason": "end_turn", "usage": {"input_tokens": prompt_tokens,
                                                      "output_tokens": len(words)}}).encode())
             return
         self.send_response(200)
@@ -200,11 +206,14 @@ class Handler(BaseHTTPRequestHandler):
                         .encode())
         event("message_start", {"message": {"id": "msg_fake", "type": "message",
                                             "role": "assistant", "model": "fake-model",
-                                            "content": [], "usage": {"input_tokens": 3,
-                                                                     "output_tokens": 0}}})
+                                            "content": [],
+                                            "usage": {"input_tokens": prompt_tokens,
+                                                      "output_tokens": 0}}})
         event("content_block_start", {"index": 0, "content_block": {"type": "text",
                                                                     "text": ""}})
-        for word in words:
+        for i, word in enumerate(words):
+            if state["break_after"] is not None and i == state["break_after"]:
+                os._exit(1)                      # the engine dies mid-stream
             event("content_block_delta", {"index": 0, "delta": {"type": "text_delta",
                                                                 "text": word + " "}})
             time.sleep(state["delay"])
@@ -274,6 +283,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         print("request", self.path, flush=True)
+
+
+def _words(messages: list) -> list[str]:
+    """The words of the messages' text (string contents; text blocks' text)."""
+    out: list[str] = []
+    for m in messages:
+        content = m.get("content", "") if isinstance(m, dict) else ""
+        if isinstance(content, list):
+            content = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
+        out += str(content).split()
+    return out
 
 
 def spawn(title: str) -> subprocess.Popen:

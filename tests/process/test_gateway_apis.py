@@ -153,14 +153,18 @@ async def test_issue_14_a_stream_cut_by_a_crash_is_resumed_as_one_stream(
         oa = openai.AsyncOpenAI(base_url=rig.url + "/v1", api_key="k", max_retries=0)
         restart = asyncio.create_task(_crash_and_restart(rig, 0.1))
         if path == "/v1/chat/completions":
-            stream = await oa.chat.completions.create(
+            raw = await oa.chat.completions.with_raw_response.create(
                 model="fake-model", messages=[{"role": "user", "content": "hi"}],
                 stream=True, stream_options={"include_usage": True}, max_tokens=7)
         else:
-            stream = await oa.completions.create(
+            raw = await oa.completions.with_raw_response.create(
                 model="fake-model", prompt="p q", stream=True, max_tokens=7,
                 stream_options={"include_usage": True})
-        text, usage = await _collect(stream)
+        # Issue 31: the mode that began serving it; the SSE comments the gateway writes
+        # while the stream is held and when it resumes do not disturb the SDK's parser.
+        assert (raw.headers["x-supervisor-mode"], raw.headers["x-supervisor-rung"]) == \
+            ("fast", "0")
+        text, usage = await _collect(raw.parse())
         await restart
         # Words 0-2 from the first engine, 3-6 from the next: none lost, none twice, and
         # max_tokens (7) holds across both.
