@@ -16,6 +16,7 @@ Alembic env and revisions      ``data/migrations/`` (env.py, versions/)    every
 dashboard page (HTML, JS)      ``show/static/``                            the admin API
 Grafana dashboard              ``data/dashboards/supervisor.json``         ``dashboards``
 Prometheus alert rules, tests  ``data/dashboards/alerts/*.yml``            ``alert-rules``
+alerts' runbook                ``data/dashboards/alerts/runbook.md``       ``alert-rules``
 policy JSON Schema             ``data/policies/policy.schema.json``        ``policy init``
 example policies               ``data/policies/<name>.yaml``               ``policy init``
 =============================  ==========================================  ============
@@ -85,7 +86,7 @@ def policy_schema_text() -> str:
     return _data("policies", SCHEMA_NAME).read_text(encoding="utf-8")
 
 
-def _texts(node: Traversable, suffix: str) -> dict[str, str]:
+def _texts(node: Traversable, suffix: str | tuple[str, ...]) -> dict[str, str]:
     return {child.name: child.read_text(encoding="utf-8")
             for child in sorted(node.iterdir(), key=lambda c: c.name)
             if child.is_file() and child.name.endswith(suffix)}
@@ -97,5 +98,6 @@ def dashboard_files() -> dict[str, str]:
 
 
 def alert_rule_files() -> dict[str, str]:
-    """The Prometheus alerting rules and their promtool unit tests: file name -> YAML."""
-    return _texts(_data("dashboards", "alerts"), ".yml")
+    """The Prometheus alerting rules, their promtool unit tests and the runbook their
+    ``runbook_url`` annotations link (``runbook.md``, beside them): file name -> text."""
+    return _texts(_data("dashboards", "alerts"), (".yml", ".md"))

@@ -51,9 +51,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                       "files into DIR, replacing them (default: print the JSON)")
     rules = sub.add_parser("alert-rules", help="the Prometheus alerting rules on the "
                            "supervisor's metrics, for rule_files:")
-    rules.add_argument("--output", type=Path, metavar="DIR", help="write the rules and "
-                       "their promtool unit tests into DIR, replacing them (default: print "
-                       f"{RULES_FILE})")
+    rules.add_argument("--output", type=Path, metavar="DIR", help="write the rules, "
+                       "their promtool unit tests and the runbook their runbook_url links "
+                       f"into DIR, replacing them (default: print {RULES_FILE})")
 
 
 def _describe(name: str) -> str:
@@ -118,6 +118,6 @@ def dashboards(args: argparse.Namespace) -> int:
 
 
 def alert_rules(args: argparse.Namespace) -> int:
-    """``supervisor alert-rules``: the rules (printed), or the rules and their promtool
-    tests written into a folder."""
+    """``supervisor alert-rules``: the rules (printed), or the rules, their promtool
+    tests and their runbook (``runbook.md``) written into a folder."""
     return _emit(resources.alert_rule_files(), args.output, [RULES_FILE])

@@ -142,3 +142,41 @@ def test_issue_33_every_policy_key_a_rule_names_exists() -> None:
              for key in policy_keys_named(text)}
     assert named, "no rule names a policy key"
     assert [(alert, key) for alert, key in sorted(named) if not policy_key_exists(key)] == []
+
+
+RUNBOOK = RULES.parent / "runbook.md"
+
+
+def github_anchors(markdown: str) -> list[str]:
+    """The anchors GitHub (and most Markdown renderers) give the headings: lower case,
+    punctuation but ``-`` and ``_`` dropped, spaces to ``-``."""
+    return [re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in markdown.splitlines() if re.match(r"#{1,6} ", line)]
+
+
+def test_issue_33_every_rule_links_its_runbook_section() -> None:
+    text = RUNBOOK.read_text()
+    anchors = github_anchors(text)
+    assert github_anchors("## StepDown\n## What it means, now\n") == [
+        "stepdown", "what-it-means-now"]
+    sections = {a: body for a, body in zip(
+        anchors[1:], re.split(r"^## .*$", text, flags=re.M)[1:], strict=True)}
+    for rule in rules():
+        url = rule["annotations"].get("runbook_url")
+        assert url, f"{rule['alert']} has no runbook_url"
+        path, _, anchor = url.partition("#")
+        assert (RULES.parent / path).resolve() == RUNBOOK.resolve(), url
+        assert anchor == rule["alert"].lower() and anchor in anchors, url
+        # What it means, what the supervisor already did, what is left to the operator.
+        for part in ("**Means**", "**The supervisor did**", "**Do**"):
+            assert part in sections[anchor], (rule["alert"], part)
+    # No section for an alert that does not exist.
+    assert set(sections) == {r["alert"].lower() for r in rules()}
+    for link in re.findall(r"\]\(#([\w-]+)\)", text):
+        assert link in anchors, link
+
+
+def test_issue_33_every_policy_key_the_runbook_names_exists() -> None:
+    named = policy_keys_named(RUNBOOK.read_text())
+    assert {"hysteresis.calm_seconds", "guards.memory_floor.min_available_bytes"} <= named
+    assert sorted(k for k in named if not policy_key_exists(k)) == []
