@@ -124,8 +124,11 @@ class Alerter:
         Incidents of one kind are rate-limited (``min_interval_seconds``); a step down
         never is: the ladder's own limits (cooldown, transitions per hour) bound those,
         and the one that follows a run of crashes is the alert that matters most. A step
-        back up (a recovery) is not limited either, for the same reason."""
-        moved = _moved(transition)
+        back up (a recovery) is not limited either, for the same reason. An operator's own
+        move (``supervisor step down``, a pin) is no news to a person: it alerts only if
+        the incident does by itself (issue 33, "operator actions never page")."""
+        operator = transition is not None and transition.actor == "operator"
+        moved = 0 if operator else _moved(transition)
         if not self.url or not (incident.severity in ALERT_SEVERITIES or moved
                                 or incident.kind in ALERT_KINDS
                                 or incident.action in ALERT_ACTIONS):

@@ -15,7 +15,9 @@ from pydantic import BaseModel
 
 from agent_supervisor.act.incident import Incident, Transition
 from agent_supervisor.policy import Policy
+from agent_supervisor.policy_guards import AlertSpec
 from agent_supervisor.record.store import Store
+from agent_supervisor.show.alerts import Alerter
 from agent_supervisor.show.metrics import TRANSITION_CAUSES
 from tests.process.test_issue_19_alert_rules import RULES, promtool, rules
 from tests.process.test_recorder import make_recorder, sample_value
@@ -180,3 +182,23 @@ def test_issue_33_every_policy_key_the_runbook_names_exists() -> None:
     named = policy_keys_named(RUNBOOK.read_text())
     assert {"hysteresis.calm_seconds", "guards.memory_floor.min_available_bytes"} <= named
     assert sorted(k for k in named if not policy_key_exists(k)) == []
+
+
+def test_issue_33_an_operator_step_down_sends_no_webhook_alert_a_guards_does() -> None:
+    alerter = Alerter(AlertSpec(webhook_url="http://127.0.0.1:9/", min_interval_seconds=0),
+                      "test")
+    now = datetime.now(UTC)
+
+    def step(actor: str, frm: int, to: int, severity: str = "info") -> bool:
+        return alerter.notify(
+            Incident(kind="step_down" if to > frm else "step_up", severity=severity,
+                     started_at=now, action="step_down", explanation="test"),
+            Transition(at=now, from_mode=f"m{frm}", to_mode=f"m{to}", from_rung=frm,
+                       to_rung=to, reason="test", actor=actor))
+
+    assert not step("operator", 0, 1)
+    assert not step("operator", 1, 0)
+    assert step("guard:memory_pressure", 0, 1, "warning")
+    assert step("startup", 0, 1, "warning")
+    # An operator's move while a critical finding stands still alerts on the finding.
+    assert step("operator", 1, 2, "critical")
