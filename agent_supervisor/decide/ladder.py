@@ -100,6 +100,15 @@ class LadderState:
         return self.probation_pending_since_s is not None or (
             self.probation_until_s is not None and now_s < self.probation_until_s)
 
+    def probation_left(self, now_s: float, probation_seconds: float) -> float | None:
+        """Seconds of probation left (all of it while the new engine is not serving yet);
+        None when the rung is not on probation."""
+        if self.probation_pending_since_s is not None:
+            return probation_seconds
+        if self.probation_until_s is None or self.probation_until_s <= now_s:
+            return None
+        return self.probation_until_s - now_s
+
     @classmethod
     def initial(cls, policy: Policy, now_s: float = 0.0) -> LadderState:
         """A fresh service: the policy's initial rung, start due now, calm counted from now."""

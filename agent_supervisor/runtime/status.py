@@ -127,8 +127,8 @@ class StatusView:
             pinned=None if ladder.pinned is None else policy.modes[ladder.pinned].name,
             requested=None if ladder.requested is None
             else policy.modes[ladder.requested].name,
-            probation_seconds_left=None if ladder.probation_until_s is None
-            or ladder.probation_until_s <= now else round(ladder.probation_until_s - now),
+            probation_seconds_left=None if (left := ladder.probation_left(
+                now, policy.hysteresis.probation_seconds)) is None else round(left),
             shed=ladder.shed, calm_seconds=round(ladder.calm_for(now), 1),
             calm_needed_seconds=policy.hysteresis.calm_seconds if ladder.rung > 0 else None,
             gateway=self._gateway(policy), limits=policy.modes[ladder.rung].gateway.model_dump(),

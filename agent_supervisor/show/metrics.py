@@ -235,6 +235,6 @@ def _ladder_gauges(ladder: LadderState, policy: Policy, now_s: float) -> Iterato
                 float(policy.restart.start_limit_burst))
     yield gauge("supervisor_calm_seconds", "Seconds since the last warning or rung change.",
                 max(0.0, ladder.calm_for(now_s)))
-    left = (ladder.probation_until_s - now_s) if ladder.probation_until_s is not None else 0.0
-    yield gauge("supervisor_probation_seconds_left",
-                "Seconds of probation left after a step up (0: none).", max(0.0, left))
+    left = ladder.probation_left(now_s, policy.hysteresis.probation_seconds) or 0.0
+    yield gauge("supervisor_probation_seconds_left", "Seconds of probation left after a step "
+                "up (all of it until the new engine serves; 0: none).", left)

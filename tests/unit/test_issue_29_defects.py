@@ -174,6 +174,10 @@ def test_issue_29_probation_starts_when_the_stepped_up_rung_serves() -> None:
     after = next(lad for t, _, lad in steps if t == up + 50)
     assert after.probation_until_s == up + 50 + 60 and after.probation_pending_since_s is None
     assert not after.in_probation(up + 110) and after.stepped_up
+    # What `supervisor status` and supervisor_probation_seconds_left show.
+    assert during_start[-1].probation_left(up + 49, 60.0) == 60.0
+    assert after.probation_left(up + 60, 60.0) == 50.0
+    assert after.probation_left(up + 110, 60.0) is None
 
 
 def test_issue_29_speculative_crash_61_s_after_the_step_up_bars_the_rung() -> None:
