@@ -38,10 +38,28 @@ import sys
 import time
 from pathlib import Path
 
+# ChatML with Hermes-style tools (the format vLLM's `hermes` tool parser reads:
+# vllm/tool_parsers/hermes_tool_parser.py, `<tool_call>{"name", "arguments"}</tool_call>`),
+# so agents that send tools, assistant tool calls and tool results can use the demo
+# (issue 33). Without tools the text is the plain ChatML of earlier builds, byte for byte.
 CHAT_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\\n' }}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{{ (messages[0]['content'] or '') + '\\n\\n' }}{% endif %}"
+    "{{ '# Tools\\n<tools>\\n' }}{% for tool in tools %}{{ tool | tojson + '\\n' }}"
+    "{% endfor %}{{ '</tools>\\nCall a tool as <tool_call>{\"name\": ..., "
+    "\"arguments\": {...}}</tool_call><|im_end|>\\n' }}{% endif %}"
     "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
+    "{% if message['role'] == 'system' and tools and loop.first %}"
+    "{% elif message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{{ '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{% for call in message['tool_calls'] %}{% set args = call['function']['arguments'] %}"
+    "{{ '<tool_call>{\"name\": ' + call['function']['name'] | tojson + ', \"arguments\": '"
+    " + (args if args is string else args | tojson) + '}</tool_call>' }}{% endfor %}"
+    "{{ '<|im_end|>\\n' }}"
+    "{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
