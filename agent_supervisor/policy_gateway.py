@@ -5,7 +5,7 @@ agent_supervisor/policy_guards.py.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -49,7 +49,7 @@ class GatewaySpec(_Model):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8080
-    auth: str = "passthrough"
+    auth: Literal["passthrough", "keys"] = "passthrough"
     """``passthrough``: the client's Authorization header goes to the engine as is.
     ``keys``: only the keys listed in ``api_keys`` are admitted (one fleet cannot use
     another's box); the engine then gets ``upstream_api_key_env``'s key, if set."""
@@ -110,10 +110,3 @@ class GatewaySpec(_Model):
     does within seconds). Whatever this says, such a gateway drains and exits once its
     control socket's path is gone or another file (the state directory was removed: no
     supervisor can reach it again); systemd's socket-activated gateway does neither."""
-
-    @field_validator("auth")
-    @classmethod
-    def _auth(cls, auth: str) -> str:
-        if auth not in ("passthrough", "keys"):
-            raise ValueError(f"auth must be passthrough or keys, got {auth!r}")
-        return auth
