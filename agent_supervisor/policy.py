@@ -48,7 +48,7 @@ from agent_supervisor.policy_guards import (
     Storage,
 )
 from agent_supervisor.policy_nodes import DistributedSpec, NodeSpec, check_nodes
-from agent_supervisor.policy_spec import check_speculative_config
+from agent_supervisor.policy_spec import check_flag_value
 from agent_supervisor.policy_yaml import load_policy, load_policy_file
 
 __all__ = ["ArgValue", "EngineSpec", "Mode", "Policy", "Restart", "Sampling", "StartupFallback",
@@ -93,8 +93,14 @@ class EngineSpec(_Model):
     """A file holding the key the engine requires (given to it as ``VLLM_API_KEY``, kept
     out of its argument vector). A systemd credential ``engine_api_key`` wins."""
     working_directory: str = "."
+    """The engine's working directory, relative to the policy file's directory (default
+    ``.``: that directory). ``executable`` and relative paths in the engine's arguments
+    resolve against it."""
     host: str = "127.0.0.1"
+    """Address the engine's HTTP server listens on, given to it as ``--host``; the
+    supervisor probes it and the gateway forwards to it there."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    """Port of the engine's HTTP server, given to it as ``--port``."""
     start_timeout_seconds: Seconds = 300.0
     """From launch to ``/health`` 200; past it the start counts as failed."""
     shutdown_timeout_seconds: Annotated[int, Field(ge=0, le=MAX_SECONDS)] = 30
@@ -104,10 +110,17 @@ class EngineSpec(_Model):
     """Extra wait after ``shutdown_timeout_seconds`` before SIGKILL to the whole group."""
     kill_timeout_seconds: Seconds = 10.0
     """How long every process of the group gets to vanish after SIGKILL."""
-    nodes: list[NodeSpec] = []     # one engine across boxes, the head first (policy_nodes)
+    nodes: list[NodeSpec] = []
+    """One engine across boxes: its nodes, the head first (at least two; ``policy_nodes``).
+    ``[]``: one box."""
     distributed: DistributedSpec = DistributedSpec()
-    runtime: Literal["process", "container"] = "process"   # policy_container.py
+    runtime: Literal["process", "container"] = "process"
+    """``process``: the engine is the supervisor's child, in a process group of its own.
+    ``container``: it runs in the container that ``container`` describes, through the Docker
+    Engine API."""
     container: ContainerSpec | None = None
+    """The engine's container: required with ``runtime: container``, refused with ``runtime:
+    process``."""
     _nodes = model_validator(mode="after")(check_nodes)
     _runtime = model_validator(mode="after")(check_runtime)
 
@@ -118,52 +131,32 @@ class EngineSpec(_Model):
         return args
 
 
-_POSITIVE_INT_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes")
-
-
-def _check_known_flag(flag: str, value: ArgValue) -> None:
-    """Value checks for the flags the ladder is made of (vllm/engine/arg_utils.py)."""
-    if value is None or value is False:
-        return
-    if flag == "--gpu-memory-utilization":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-            raise ValueError(f"--gpu-memory-utilization must be a fraction in (0, 1], "
-                             f"got {value!r}")
-    elif flag in _POSITIVE_INT_FLAGS or flag == "--max-model-len":
-        # --max-model-len also takes vLLM's human-readable forms such as "32k".
-        ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 1) or (
-            flag == "--max-model-len" and isinstance(value, str)
-            and re.fullmatch(r"\d+(\.\d+)?[kKmM]?", value) is not None)
-        if not ok:
-            raise ValueError(f"{flag} must be a positive integer, got {value!r}")
-    elif flag == "--speculative-config":
-        check_speculative_config(value)
-
-
 #: Start-up failure classes a fallback can answer (tags of agent_supervisor.sense.engine_log).
 FallbackClass = Literal["insufficient_memory_at_startup", "cuda_graph_capture_oom",
                         "out_of_memory"]
 
 
 class StartupFallback(_Model):
-    """One corrective retry of a failed start, tried at most once per start of the mode.
-
-    ``args`` override the mode's arguments for the retry (``{--enforce-eager: true}``);
-    ``lower_memory`` sizes ``--gpu-memory-utilization`` (or ``--kv-cache-memory-bytes`` when
-    the mode sets that) from the MemAvailable recorded before the failed launch, less
-    ``lifecycle.fallback_margin_bytes``.
-    """
+    """One corrective retry of a failed start, tried at most once per start of the mode:
+    ``args``, ``lower_memory`` or both."""
 
     on: FallbackClass
+    """The start-up failure this retry answers, as the engine log shows it:
+    ``insufficient_memory_at_startup``, ``cuda_graph_capture_oom`` or ``out_of_memory``."""
     args: dict[str, ArgValue] = {}
+    """Flags that override the mode's arguments for the retry (``{--enforce-eager: true}``),
+    checked as the mode's are."""
     lower_memory: bool = False
+    """True: size ``--gpu-memory-utilization`` (or ``--kv-cache-memory-bytes`` when the mode
+    sets that) from the MemAvailable recorded before the failed launch, less
+    ``lifecycle.fallback_margin_bytes``."""
 
     @model_validator(mode="after")
     def _something(self) -> StartupFallback:
         if not self.args and not self.lower_memory:
             raise ValueError("a startup fallback needs args or lower_memory: true")
         for flag in self.args:
-            _check_known_flag(flag, self.args[flag])
+            check_flag_value(flag, self.args[flag])
         return self
 
 
@@ -186,7 +179,10 @@ class Mode(_Model):
     """One rung of the ladder: a named engine configuration."""
 
     name: Annotated[str, Field(pattern=_NAME)]
+    """The rung's name ([a-z0-9._-], at most 63 characters, unique in the ladder): what
+    ``initial_mode``, the CLI, the records and the metrics call it."""
     description: str = ""
+    """Free text for operators."""
     args: dict[str, ArgValue] = {}
     """vLLM flags spelled as vLLM spells them, e.g. ``--max-num-seqs: 4``,
     ``--speculative-config: {method: mtp, num_speculative_tokens: 2}``."""
@@ -214,7 +210,7 @@ class Mode(_Model):
                 raise ValueError(f"{flag!r} is not a long flag like --max-num-seqs")
             if flag in RESERVED_FLAGS:
                 raise ValueError(f"{flag} is set by the supervisor from the engine section")
-            _check_known_flag(flag, args[flag])
+            check_flag_value(flag, args[flag])
         return args
 
     @property
@@ -229,7 +225,10 @@ class Policy(_Model):
     """A validated fleet policy. Build it with ``load_policy`` or ``load_policy_file``."""
 
     fleet: Annotated[str, Field(pattern=_NAME)]
+    """Name of the agent fleet this policy serves ([a-z0-9._-], at most 63 characters),
+    stored with every record."""
     description: str = ""
+    """Free text for operators."""
     engine: EngineSpec
     modes: Annotated[list[Mode], Field(min_length=1)]
     """The ladder, ordered fastest first, safest last."""

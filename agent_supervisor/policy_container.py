@@ -62,14 +62,19 @@ class MountSpec(_Model):
     target: Annotated[str, Field(min_length=1, pattern=r"^/")]
     """The absolute path inside the container."""
     read_only: bool = True
+    """Mounted read-only (``:ro``); false: the container may write to it."""
 
 
 class UlimitSpec(_Model):
     """One ``--ulimit NAME=SOFT:HARD``; -1 is unlimited (``memlock=-1`` for RDMA)."""
 
     name: Annotated[str, Field(pattern=r"^[a-z]+$")]
+    """The limit's name as ``docker run --ulimit`` spells it (``memlock``, ``nofile``,
+    ``stack``)."""
     soft: Annotated[int, Field(ge=-1, le=2**62)]
+    """The soft limit; -1: unlimited."""
     hard: Annotated[int, Field(ge=-1, le=2**62)] | None = None
+    """The hard limit; -1: unlimited; None: the soft limit."""
 
 
 class ContainerSpec(_Model):
@@ -101,7 +106,9 @@ class ContainerSpec(_Model):
     shm_size_bytes: Annotated[Bytes, Field(gt=0)] | None = None
     """``--shm-size`` when ``ipc_mode`` is not ``host``."""
     ulimits: list[UlimitSpec] = []
+    """``--ulimit`` settings (``{name: memlock, soft: -1}`` for RDMA)."""
     mounts: list[MountSpec] = []
+    """Bind mounts into the container (model directories, caches)."""
     user: str | None = None
     """``--user``; None: the image's."""
     privileged: bool = False

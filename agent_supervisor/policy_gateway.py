@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from agent_supervisor.policy_base import (
     POLICY_CONFIG,
@@ -29,9 +29,16 @@ class GatewayLimits(_Model):
     """Admission limits the gateway applies in a mode (None: no limit)."""
 
     max_concurrency: Count | None = None
+    """Requests in flight to the engine at most; more wait in the queue. None: no limit.
+    Shedding scales it by ``hysteresis.shed_factor``."""
     max_queue: CountOrZero | None = None
+    """Requests waiting for a slot at most; more get 429 with Retry-After (0: none wait).
+    None: no limit. Shedding scales it like ``max_concurrency``."""
     queue_timeout_seconds: Seconds = 60.0
+    """A request waits for a slot at most this long, then gets 429 with Retry-After."""
     max_prompt_tokens: Tokens | None = None
+    """A prompt of more tokens is refused with 400 before it reaches the engine. None: no
+    limit."""
     max_tokens_in_flight: Tokens | None = None
     """Budget of prompt tokens in flight (the load-budget guard sheds above it)."""
 
@@ -40,21 +47,33 @@ class ApiKey(_Model):
     """One agent's key, stored as its SHA-256 hex digest (never the key itself)."""
 
     name: Annotated[str, Field(min_length=1)]
+    """The agent's name: the label its requests carry in the gateway's logs and metrics (not
+    a secret)."""
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """SHA-256 of the key as 64 lowercase hex digits (``printf %s KEY | sha256sum``); the
+    key itself is never stored."""
 
 
 class GatewaySpec(_Model):
     """The gateway agents talk to instead of the engine (an OpenAI-compatible proxy)."""
 
     enabled: bool = True
+    """Run the gateway. False: agents talk to the engine directly, and nothing holds their
+    requests across a restart or a switch."""
     host: str = "127.0.0.1"
+    """Address the gateway listens on (loopback by default)."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    """The gateway's port: agents' OpenAI base URL is ``http://HOST:PORT/v1``."""
     auth: Literal["passthrough", "keys"] = "passthrough"
     """``passthrough``: the client's Authorization header goes to the engine as is.
     ``keys``: only the keys listed in ``api_keys`` are admitted (one fleet cannot use
     another's box); the engine then gets ``upstream_api_key_env``'s key, if set."""
     api_keys: list[ApiKey] = []
+    """The keys admitted under ``auth: keys`` (required then), each with the agent's
+    name."""
     upstream_api_key_env: str | None = None
+    """Under ``auth: keys``: the environment variable whose value the gateway sends the
+    engine as ``Authorization: Bearer`` (the engine's own key). None: no key sent."""
     drain_timeout_seconds: Delay = 60.0
     """At a planned switch, in-flight requests get this long to finish before the stop."""
     hold_timeout_seconds: Seconds = 600.0

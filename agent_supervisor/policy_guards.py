@@ -129,6 +129,7 @@ class Hysteresis(_Model):
     """Local times when stepping up is allowed, "HH:MM-HH:MM" (may wrap midnight);
     empty: any time."""
     timezone: str = "UTC"
+    """IANA time zone of ``step_up_windows`` (``Europe/Paris``)."""
     shed_factor: Ratio = 0.5
     """Shedding multiplies the mode's gateway limits by this."""
     shed_seconds: Delay = 120.0
@@ -149,9 +150,11 @@ class AdminSpec(_Model):
     """The admin API, the supervisor's /metrics and the dashboard (one FastAPI app)."""
 
     enabled: bool = True
+    """Serve the admin API, the supervisor's /metrics and the dashboard."""
     host: str = "127.0.0.1"
     """Loopback by default: reads are then open, actions need the token."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8081
+    """The admin API's and dashboard's port."""
     token_env: str = "SUPERVISOR_ADMIN_TOKEN"
     """Environment variable holding the bearer token for actions."""
     token_file: str | None = None
@@ -175,7 +178,10 @@ class AlertSpec(_Model):
     min_interval_seconds: Delay = 60.0
     """At most one alert of the same kind this often (the rest are counted, not sent)."""
     retries: CountOrZero = 3
+    """Further tries of an alert whose POST failed (no answer or HTTP status 300 or more),
+    0.5 s apart doubling up to 30 s; 0: one try."""
     timeout_seconds: Seconds = 5.0
+    """Timeout of one webhook POST."""
 
     @field_validator("format")
     @classmethod
@@ -196,6 +202,7 @@ class RecoverySpec(_Model):
     watch_policy_file: bool = True
     """Reload the policy when its file changes (as on SIGHUP)."""
     watch_interval_seconds: Seconds = 5.0
+    """How often the policy file is checked for a change (with ``watch_policy_file``)."""
 
     @field_validator("on_restart")
     @classmethod
@@ -206,19 +213,22 @@ class RecoverySpec(_Model):
 
 
 class Restart(_Model):
-    """Crash handling, in systemd's words (RestartSec=, StartLimitBurst=, ...).
-
-    A crash (any exit the supervisor did not ask for, a failed start, a dead EngineCore)
-    restarts the engine after a delay that starts at ``restart_delay_seconds`` and doubles
-    per crash of the same rung up to ``restart_delay_max_seconds``. When the same rung
-    has crashed ``start_limit_burst`` times within ``start_limit_interval_seconds`` the
-    engine steps down one rung; on the last rung it gives up and the service exits 1.
-    """
+    """Crash handling, in systemd's words (RestartSec=, StartLimitBurst=, ...). A crash
+    is any exit the supervisor did not ask for, a failed start or a dead EngineCore."""
 
     restart_delay_seconds: Delay = 0.0
+    """Wait before the first restart after a crash (systemd's RestartSec=); each further
+    crash of the same rung within ``start_limit_interval_seconds`` doubles it (from 1 s when
+    0)."""
     restart_delay_max_seconds: Delay = 60.0
+    """Cap of that doubling (systemd's RestartMaxDelaySec=); at least
+    ``restart_delay_seconds``."""
     start_limit_burst: Count = 3
+    """Crashes of one rung within ``start_limit_interval_seconds`` that step the engine down
+    one rung (systemd's StartLimitBurst=); on the last rung the service gives up and exits
+    1."""
     start_limit_interval_seconds: Seconds = 600.0
+    """The window crashes are counted in (systemd's StartLimitIntervalSec=)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Restart:
@@ -231,6 +241,7 @@ class Sampling(_Model):
     """The tick: how often the supervisor samples the engine and decides."""
 
     tick_seconds: Annotated[float, Field(gt=0, le=60)] = 1.0
+    """How often the engine is sampled and a decision taken (at most 60)."""
     probe_timeout_seconds: Seconds = 2.0
     """Timeout of one ``/health`` or ``/metrics`` request. A slow probe under load is
     recorded as slow, never as a dead engine."""
@@ -240,6 +251,8 @@ class Sampling(_Model):
     """Requests running or waiting while the engine-step counter stays flat this long:
     send one canary request (at most once per this interval)."""
     canary_timeout_seconds: Seconds = 15.0
+    """A canary request not answered within this long counts as failed (the engine-hung
+    guard's evidence)."""
     pss_interval_seconds: Delay = 30.0
     """How often the engine's PSS is read (a smaps walk of a multi-GB process costs tens
     of ms of CPU); in between, the last value is reported. 0: every tick."""
@@ -253,6 +266,9 @@ class Storage(_Model):
     """Where the supervisor keeps its database and the engine logs."""
 
     state_directory: str = ".supervisor"
+    """The database and the engine logs (``logs/engine-<run>.log``), relative to the policy
+    file. Unset in a file under /etc or under systemd's ``StateDirectory=``:
+    ``$STATE_DIRECTORY`` or ``/var/lib/agent-supervisor/<fleet>``."""
     host_name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     """The name this supervisor writes on every record (several supervisors share one
     PostgreSQL: ``supervisor fleet`` lists them by it). Default: the host name."""
@@ -264,11 +280,17 @@ class Storage(_Model):
     """Where to start after the host went down with the engine running (boot id changed,
     no clean-stop marker): the engine's configuration may have been what froze it."""
     telemetry_retention_days: Days = 30.0
+    """Telemetry older than this is deleted."""
     incident_retention_days: Days = 365.0
+    """Incidents older than this are deleted."""
     downsample_after_seconds: Seconds = 86400.0
     """Telemetry older than this is folded from 10 s rows into 1 min rows."""
     heartbeat_seconds: Seconds = 30.0
+    """How often this supervisor's run record is touched, so ``supervisor fleet`` tells a
+    live supervisor from one that is gone."""
     retention_interval_seconds: Seconds = 3600.0
+    """How often the retention pass (deletion past the retention days, downsampling)
+    runs."""
     engine_log_max_bytes: Annotated[Bytes, Field(ge=1024)] = 100 * 1024 * 1024
     """An engine log past this is rotated (copied to .1 and truncated: the engine keeps
     its file open)."""

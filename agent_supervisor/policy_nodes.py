@@ -51,6 +51,8 @@ class NodeSpec(_Model):
     """One box of the engine. The first entry of ``engine.nodes`` is the head."""
 
     name: Annotated[str, Field(pattern=_NAME)]
+    """The node's name ([a-z0-9._-]), unique among the nodes; records and errors name the
+    node by it."""
     address: Annotated[str, Field(min_length=1, max_length=253)]
     """The node's address on the interconnect (the QSFP link). The agent binds its HTTP
     port there; the head's is the ranks' ``--master-addr``."""
@@ -66,10 +68,17 @@ class DistributedSpec(_Model):
     """How the ranks join, and how the head watches the worker nodes."""
 
     backend: Literal["mp", "ray"] = "mp"
+    """How the ranks join. ``mp``: vLLM's multiprocessing executor, no Ray (every rank gets
+    ``--nnodes``, ``--node-rank``, ``--master-addr`` and ``--master-port``). ``ray``: the
+    head gets ``--distributed-executor-backend ray`` and every worker runs ``ray start
+    --block``."""
     master_port: Annotated[int, Field(ge=1, le=65535)] = 29501
     """``--master-port`` of the ``mp`` backend (torch.distributed's rendezvous)."""
     ray_port: Annotated[int, Field(ge=1, le=65535)] = 6379
+    """The Ray head's port: the workers run ``ray start --address HEAD:PORT`` (``backend:
+    ray``)."""
     ray_executable: Annotated[str, Field(min_length=1)] = "ray"
+    """The ``ray`` program the worker nodes run (a path or a name on PATH)."""
     gid_index: Literal["auto", "unset"] = "auto"
     """``auto``: each node looks up the RoCE v2 GID of its own interconnect address at each
     start and passes that index; nothing matching leaves the variable unset (NCCL >= 2.21
@@ -78,6 +87,8 @@ class DistributedSpec(_Model):
     """The bearer token every agent requires (a file; the systemd credential
     ``agent_token`` wins, then ``agent_token_env``). Required with ``engine.nodes``."""
     agent_token_env: str = "SUPERVISOR_AGENT_TOKEN"
+    """The environment variable holding the agents' bearer token when neither the
+    ``agent_token`` credential nor ``agent_token_file`` gives one."""
     sample_seconds: Seconds = 0.25
     """How often an agent samples its node (and checks its own memory floor)."""
     local_min_available_bytes: Bytes | None = None
@@ -85,6 +96,8 @@ class DistributedSpec(_Model):
     its rank at once, whether or not the head answers (the host must not freeze waiting
     for orders). Default: ``guards.memory_floor.min_available_bytes``."""
     local_consecutive_samples: Count = 2
+    """Samples in a row under ``local_min_available_bytes`` before an agent SIGKILLs its
+    rank."""
     poll_timeout_seconds: Seconds = 1.0
     """How long the head waits for one agent's answer."""
     unknown_after_seconds: Seconds = 2.0

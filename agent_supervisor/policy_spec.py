@@ -1,11 +1,36 @@
-"""Checks of ``--speculative-config`` as vLLM reads it, and what a speculative mode does
-on large batches. Pure; errors are ValueError (pydantic reports them with the field)."""
+"""Checks of the engine flags the ladder is made of (``--speculative-config``,
+``--gpu-memory-utilization``, the sequence and token caps) as vLLM reads them, and what a
+speculative mode does on large batches. Pure; errors are ValueError (pydantic reports
+them with the field)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["check_speculative_config", "spares_large_batches"]
+__all__ = ["check_flag_value", "check_speculative_config", "spares_large_batches"]
+
+_POSITIVE_INT_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes")
+
+
+def check_flag_value(flag: str, value: Any) -> None:
+    """Value checks for the flags the ladder is made of (vllm/engine/arg_utils.py); other
+    flags pass unchecked. Raises ValueError naming the flag and the value."""
+    if value is None or value is False:
+        return
+    if flag == "--gpu-memory-utilization":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise ValueError(f"--gpu-memory-utilization must be a fraction in (0, 1], "
+                             f"got {value!r}")
+    elif flag in _POSITIVE_INT_FLAGS or flag == "--max-model-len":
+        # --max-model-len also takes vLLM's human-readable forms such as "32k".
+        ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 1) or (
+            flag == "--max-model-len" and isinstance(value, str)
+            and re.fullmatch(r"\d+(\.\d+)?[kKmM]?", value) is not None)
+        if not ok:
+            raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+    elif flag == "--speculative-config":
+        check_speculative_config(value)
 
 
 def check_speculative_config(value: Any) -> None:

@@ -66,12 +66,16 @@ class EngineHungGuard(_Model):
     context cap (``--max-model-len`` or the gateway's ``max_prompt_tokens``) is below it,
     not the same configuration again."""
     power_hint_utilization_ratio: Ratio = 0.9
+    """The wedged-kernel hint's utilisation: GPU utilisation at or above this with power at
+    or under ``power_hint_max_w``."""
     power_hint_max_w: Annotated[float, Field(gt=0, le=100_000)] = 30.0
     """GPU utilisation >= 90% while power stays <= 30 W with requests in flight: a wedged
     kernel spinning (eugr/spark-vllm-docker#260: healthy GB10 ~45 W, up to ~90 W; wedged
     16-27 W at ~95% util; "below ~30 W"). A hint, never a verdict alone: it shortens the
     stall window to ``power_hint_stall_seconds`` (the canary still decides)."""
     power_hint_stall_seconds: Seconds = 20.0
+    """The stall window while that hint holds (on at least half of it); the canary still
+    decides."""
 
 
 class MemoryFloorGuard(_Model):
@@ -102,6 +106,7 @@ class MemoryForecastGuard(_Model):
     fit_seconds: Seconds = 120.0
     """Least-squares fit over the last 2 min of samples."""
     min_samples: Annotated[Count, Field(ge=3)] = 20
+    """Samples the fit needs (at least 3) before it forecasts."""
     ignore_after_ready_seconds: Delay = 120.0
     """Start-up allocation (weights, KV cache, CUDA graphs) is not a trend."""
     creep_record_seconds: Seconds = 86400.0
@@ -143,6 +148,7 @@ class MemoryPressureGuard(_Model):
     """10% of wall time fully stalled over 10 s is severe thrashing (PSI docs: any
     sustained ``full`` stall means lost throughput)."""
     sustain_seconds: Seconds = 30.0
+    """The stall at or above ``full_avg10_ratio`` this long: step down."""
 
 
 class PreemptionGuard(_Model):
@@ -179,10 +185,13 @@ class ThermalGuard(_Model):
     max_temperature_c: Annotated[float, Field(gt=0, le=200)] = 87.0
     """87 C: at the GB10's reported slowdown region; NVML also reports it directly."""
     sustain_seconds: Seconds = 60.0
+    """The GPU at or above ``max_temperature_c``, or the host at or above
+    ``max_host_temperature_c``, this long: shed, then step down."""
     throttle_reasons: list[str] = ["hw_slowdown", "hw_thermal_slowdown",
                                    "sw_thermal_slowdown", "hw_power_brake_slowdown"]
     """NVML clock-event reasons that mean trouble (sw_power_cap is routine at full load)."""
     throttle_sustain_seconds: Seconds = 30.0
+    """One of ``throttle_reasons`` this long: shed, then step down."""
     max_host_temperature_c: Annotated[float, Field(gt=0, le=200)] = 95.0
     """The hottest SoC/CPU sensor (hwmon): 95 C is where a GB10's SoC peaked under
     sustained load before the fix, the OS force-shutdown at 104.8 C (MiaAI-Lab/DeepSeek-
@@ -196,6 +205,8 @@ class ThermalGuard(_Model):
     software controls, only an AC power removal resets it). A warning: a restart does not
     help, an operator must."""
     low_power_sustain_seconds: Seconds = 300.0
+    """Loaded samples in the stuck low-power state over this long: the warning (see
+    ``low_power_utilization_ratio``)."""
 
 
 class SpeculativeGuard(_Model):
@@ -232,8 +243,13 @@ class SpeculativeGuard(_Model):
     (``vllm:prefix_cache_hits_total`` 0 with speculation on a hybrid model, the same
     18,219-token prompt re-prefilled every time: vllm #54360; z-lab dflash #165)."""
     prefix_max_hit_ratio: Annotated[float, Field(ge=0, le=1)] = 0.01
+    """Prefix caching is defeated only when at most this fraction of the looked-up prompt
+    tokens was found in the cache (see ``prefix_min_query_tokens``)."""
     prefix_min_repeat_ratio: Ratio = 0.3
+    """... and at least this fraction of them repeat earlier prompts, as the gateway saw
+    them."""
     prefix_window_seconds: Seconds = 300.0
+    """The window the prefix-cache check is judged over."""
     lottery_drafts: Count = 200
     """The launch lottery: the first 200 drafts after ready are judged against the mode's
     usual acceptance by position (calibration, past good runs) ..."""
@@ -253,6 +269,7 @@ class SpeculativeGuard(_Model):
     """Per-request tokens/s below 90% of the no-speculation rung's calibrated baseline at
     similar concurrency: speculation does not pay for itself here."""
     slower_sustain_seconds: Seconds = 60.0
+    """Slower than ``slower_ratio`` this long before the step down."""
     calm_max_requests: CountOrZero = 1
     """A step down for lack of gain waits for a calm moment (at most this many requests
     running and none waiting) ..."""
@@ -264,6 +281,8 @@ class LoadBudgetGuard(_Model):
     """Prompt tokens in flight through the gateway above the mode's budget: shed."""
 
     sustain_seconds: Delay = 5.0
+    """Prompt tokens in flight above the mode's ``gateway.max_tokens_in_flight`` this long:
+    shed (0: at once)."""
 
 
 class Guards(_Model):
