@@ -41,6 +41,13 @@ class Signature:
     source: str
 
 
+#: No pattern has an unbounded gap (``.*``): a gap is ``.{0,N}?`` with N far above what
+#: the engine prints there. ``\.cu:\d+: .*block: ... Assertion .* failed\.`` took 60 s
+#: on a 60 KB line of repeated fragments (issue 34: the review saw 9.1 s), time in which
+#: the GIL-holding regex stalls every tick; tests/unit/test_issue_34_regex_time.py times
+#: every pattern on 60 KB lines of pathological shapes.
+
+
 def _sig(tag: str, pattern: str, source: str, *, speculative: bool = False) -> Signature:
     return Signature(tag, re.compile(pattern), speculative, source)
 
@@ -71,7 +78,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "device_side_assert",
-        r"\.cu:\d+: .*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
+        r"\.cu:\d+: (?>.{0,300}?block: )\[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion "
+        r".{0,1000}? failed\.",
         "the device-side assertion itself as the CUDA runtime prints it, e.g. PyTorch "
         "aten/src/ATen/native/cuda/IndexKernel.cu 'index out of bounds'; seen in "
         "kvcache-ai/ktransformers#467, huggingface/accelerate#2539",
@@ -127,7 +135,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "worker_died",
-        r"RayWorkerProc rank=.* died unexpectedly",
+        r"RayWorkerProc rank=.{0,500}? died unexpectedly",
         _VLLM + "vllm/v1/executor/ray_executor_v2.py logger.error('RayWorkerProc rank=%s died "
         "unexpectedly, shutting down executor.')",
     ),
@@ -241,7 +249,7 @@ SIGNATURES += (
 SIGNATURES += (
     _sig(
         "ggml_assert",
-        r"GGML_ASSERT\(.*\) failed",
+        r"GGML_ASSERT\(.{0,1000}?\) failed",
         "ggml/src/ggml.c ggml_abort(): '<file>:<line>: GGML_ASSERT(<expr>) failed', then a "
         "backtrace and abort() (SIGABRT). With speculation on it is the usual crash: "
         "'common/sampling.cpp:635: GGML_ASSERT(idxs.size() == draft.size() + 1 ...) failed' "
