@@ -2,7 +2,8 @@
 
 What happened, how bad, the mode and engine run, what was done and how it ended, then
 the findings worst first with their evidence, the mode transitions it caused, the
-kernel lines and the engine's log tail (both as recorded, secrets masked).
+kernel lines and the engine's log tail (both as recorded, secrets masked; the tail
+without the supervisor's own probe lines, ``show/probe_lines.py``, with their count).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from agent_supervisor.record.models import IncidentRow, ModeTransitionRow
+from agent_supervisor.show.probe_lines import hide_probe_lines
 
 __all__ = ["format_value", "incident_detail"]
 
@@ -75,7 +77,10 @@ def incident_detail(row: IncidentRow, transitions: Sequence[ModeTransitionRow] =
     kernel = row.kernel_lines or []
     out += ["", f"kernel lines ({len(kernel)}):" if kernel else "kernel lines: none"]
     out += [f"  {line}" for line in kernel]
-    tail = (row.log_tail or "").splitlines()
-    out += ["", f"engine log tail ({len(tail)} lines):" if tail else "engine log tail: none"]
+    kept, hidden = hide_probe_lines(row.log_tail + "\n") if row.log_tail else ("", 0)
+    tail = kept.splitlines()
+    probes = f", {hidden} probe lines hidden" if hidden else ""
+    out += ["", f"engine log tail ({len(tail)} lines{probes}):" if tail
+            else f"engine log tail: none{probes}"]
     out += [f"  | {line}" for line in tail]
     return "\n".join(out)

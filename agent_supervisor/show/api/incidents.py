@@ -11,17 +11,22 @@ from agent_supervisor.record.models import IncidentRow
 from agent_supervisor.record.queries import incident
 from agent_supervisor.show.api.deps import ReadAccess, SupervisorDep
 from agent_supervisor.show.api.models import IncidentOut
+from agent_supervisor.show.probe_lines import hide_probe_lines
 
 router = APIRouter(prefix="/api/incidents", tags=["incidents"], dependencies=[ReadAccess])
 
 
-def _out(row: IncidentRow, *, full: bool) -> IncidentOut:
+def _out(row: IncidentRow, *, full: bool, probes: bool = False) -> IncidentOut:
+    tail, hidden = row.log_tail if full else None, 0
+    if tail and not probes:
+        kept, hidden = hide_probe_lines(tail + "\n")
+        tail = kept.removesuffix("\n")
     return IncidentOut(
         id=row.id, kind=row.kind, severity=row.severity, started_at=row.started_at,
         ended_at=row.ended_at, mode=row.mode, action=row.action, outcome=row.outcome,
         explanation=row.explanation, run_id=row.run_id, findings=row.findings or [],
         kernel_lines=row.kernel_lines if full else None,
-        log_tail=row.log_tail if full else None)
+        log_tail=tail, log_tail_probe_lines_hidden=hidden)
 
 
 @router.get("", response_model=list[IncidentOut])
@@ -35,9 +40,11 @@ async def list_incidents(sup: SupervisorDep, since: datetime | None = None,
 
 
 @router.get("/{incident_id}", response_model=IncidentOut)
-async def get_incident(sup: SupervisorDep, incident_id: int) -> IncidentOut:
-    """One incident in full: findings with evidence, kernel lines, the engine's log tail."""
+async def get_incident(sup: SupervisorDep, incident_id: int,
+                       probes: bool = False) -> IncidentOut:
+    """One incident in full: findings with evidence, kernel lines, the engine's log tail
+    (the supervisor's own probe lines left out unless ``probes``)."""
     row = await asyncio.to_thread(incident, store=sup.store, incident_id=incident_id)
     if row is None:
         raise HTTPException(404, f"no incident {incident_id}")
-    return _out(row, full=True)
+    return _out(row, full=True, probes=probes)

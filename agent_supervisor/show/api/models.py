@@ -75,6 +75,8 @@ class IncidentOut(BaseModel):
     findings: list[dict[str, Any]] = []
     kernel_lines: list[str] | None = None
     log_tail: str | None = None
+    log_tail_probe_lines_hidden: int = 0
+    """The supervisor's own probe lines left out of ``log_tail`` (issue 33)."""
 
 
 class TransitionOut(BaseModel):

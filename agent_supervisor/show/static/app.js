@@ -356,7 +356,9 @@ async function showIncident(id) {
     ...(inc.findings.length ? inc.findings.map(finding) : [none()]),
     el("h4", {}, "Kernel lines"),
     inc.kernel_lines?.length ? el("pre", { class: "kernel" }, inc.kernel_lines.join("\n")) : none(),
-    el("h4", {}, "Engine log tail"),
+    el("h4", {}, "Engine log tail", inc.log_tail_probe_lines_hidden ? el("span",
+      { class: "muted probes-hidden" }, ` · ${inc.log_tail_probe_lines_hidden} probe lines ` +
+      "hidden (the supervisor's own /health, /metrics)") : null),
     inc.log_tail ? el("pre", { class: "log" }, inc.log_tail) : none());
   const log = detail.querySelector("pre.log");
   if (log) log.scrollTop = log.scrollHeight;   // the end of the log is where it died

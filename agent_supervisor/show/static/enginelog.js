@@ -2,14 +2,24 @@
 // fetch() and a ReadableStream so the bearer token goes in the Authorization header
 // (EventSource cannot send one). A "run" event starts the view over (a new engine run:
 // its last lines), "append" events add what the engine wrote since. Keeps the last
-// MAX_LINES lines; reconnects RETRY_MS after the stream ends or fails.
+// MAX_LINES lines; reconnects RETRY_MS after the stream ends or fails. The API leaves out
+// the supervisor's own probe lines (GET /health, /metrics from 127.0.0.1: issue 33) and
+// says how many in each event; the count shows beside the run.
 "use strict";
 
 const RETRY_MS = 1000;
 const MAX_LINES = 400;
 const engineLog = window.engineLog = {
   runId: null, offset: null, lines: [], partial: "", events: 0, connected: false,
+  probesHidden: 0, where: "",
 };
+
+function showWhere() {
+  const n = engineLog.probesHidden;
+  $("#log-where").textContent = engineLog.where +
+    (n ? ` · ${n} probe line${n === 1 ? "" : "s"} hidden (the supervisor's own /health, ` +
+      "/metrics)" : "");
+}
 
 function showLines(chunks) {
   engineLog.lines.push(...chunks);
@@ -28,8 +38,11 @@ function onLogEvent(name, data) {
     }
     engineLog.partial = "";
     engineLog.runId = data.run_id;
-    $("#log-where").textContent = `run ${data.run_id}, mode ${data.mode}: ${data.path}`;
+    engineLog.probesHidden = 0;
+    engineLog.where = `run ${data.run_id}, mode ${data.mode}: ${data.path}`;
   }
+  engineLog.probesHidden += data.probe_lines_hidden || 0;
+  showWhere();
   engineLog.offset = data.offset;
   const chunks = (engineLog.partial + data.text).split("\n");
   engineLog.partial = chunks.pop();

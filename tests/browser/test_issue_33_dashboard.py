@@ -1,0 +1,96 @@
+"""Issue 33, "the dashboard at 3 a.m.": headless Chromium on the real admin app and its
+files over a stand-in service set to the situation (tests/helpers/admin_stub.py): the
+rung that just crashed, a gateway holding requests, a starting engine, a log full of
+the supervisor's own probe lines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_supervisor.policy import Policy
+from agent_supervisor.record.store import Store
+from tests.browser.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+from tests.conftest import ROOT, fake_engine_policy
+from tests.helpers.admin_stub import StubService, add_incident, serving, status_of
+
+pytestmark = pytest.mark.browser
+
+#: The recorded vLLM 0.32.0 run whose EngineCore died: 65 of its lines are the
+#: supervisor's own GET /health and /metrics.
+CORE_DIED = ROOT / "tests/fixtures/engine_log/cpu-demo-0.32.0-mimo-mtp2-core-died.txt"
+MODES = [{"name": "fast"}, {"name": "medium", "args": {"--max-num-seqs": 2}},
+         {"name": "safe", "args": {"--max-num-seqs": 1}}]
+
+
+def stub(tmp_path: Path, **status: Any) -> StubService:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    policy: Policy = fake_engine_policy(tmp_path, modes=MODES)
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    return StubService(policy=policy, store=Store.open(policy.database_url, fleet=policy.fleet),
+                       log_path=log, st=status_of(policy, **status))
+
+
+@asynccontextmanager
+async def dashboard(service: StubService) -> AsyncIterator[Any]:
+    """A page on the dashboard over ``service``, after its first poll; page errors fail."""
+    from playwright.async_api import async_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: `make test` installs it (apt-get install chromium)")
+    errors: list[str] = []
+    with serving(service) as url:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                               args=CHROMIUM_ARGS)
+            page = await browser.new_page(viewport={"width": 1440, "height": 900})
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(url + "/")
+            await page.wait_for_function("window.dashboard.polls >= 1", timeout=20_000)
+            yield page
+            await browser.close()
+    service.store.close()
+    assert not errors
+
+
+async def text_of(page: Any, selector: str, has: str) -> str:
+    """The text of ``selector`` once it contains ``has``."""
+    await page.wait_for_function(
+        "([sel, want]) => (document.querySelector(sel)?.textContent || '').includes(want)",
+        arg=[selector, has], timeout=10_000)
+    return await page.locator(selector).inner_text()
+
+
+async def test_issue_33_probe_lines_are_hidden_from_the_log_pane_and_the_tail(
+        tmp_path: Path) -> None:
+    service = stub(tmp_path, engine_state="crashed")
+    log = CORE_DIED.read_text()
+    service.log_path.write_text(log)
+    incident_id = add_incident(service.store, log_tail=log)
+    async with dashboard(service) as page:
+        where = await text_of(page, "#log-where", "probe lines hidden")
+        pane = await page.locator("#engine-log").inner_text()
+        assert "EngineDeadError" in pane                      # what the operator needs
+        assert '"GET /health HTTP/1.1" 200' not in pane
+        assert '"GET /metrics HTTP/1.1" 200' not in pane
+        hidden = int(where.split(" probe line")[0].rsplit(" ", 1)[1])
+        assert hidden > 0
+        # A line appended later: a probe is hidden and counted, an agent's request shown.
+        with service.log_path.open("a") as f:
+            f.write('INFO:     127.0.0.1:5 - "GET /metrics HTTP/1.1" 200 OK\n'
+                    'INFO:     127.0.0.1:6 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
+        await text_of(page, "#engine-log", "127.0.0.1:6 - \"POST /v1/chat/completions")
+        await text_of(page, "#log-where", f"{hidden + 1} probe lines hidden")
+
+        await page.click(f"#incidents li[data-id='{incident_id}']")
+        head = await text_of(page, "#incident-detail", "probe lines hidden")
+        tail = await page.locator("#incident-detail pre.log").inner_text()
+        assert "65 probe lines hidden" in head
+        assert "EngineDeadError" in tail and "GET /health" not in tail
+        assert "GET /metrics" not in tail and "POST /v1/chat/completions" in tail
+
