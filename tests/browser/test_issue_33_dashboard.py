@@ -94,3 +94,29 @@ async def test_issue_33_probe_lines_are_hidden_from_the_log_pane_and_the_tail(
         assert "EngineDeadError" in tail and "GET /health" not in tail
         assert "GET /metrics" not in tail and "POST /v1/chat/completions" in tail
 
+async def test_issue_33_pin_menu_defaults_to_a_safe_rung_never_the_one_that_crashed(
+        tmp_path: Path) -> None:
+    # At 3 a.m.: rung 0 (fast) just crashed and is barred; the menu offered "fast".
+    service = stub(tmp_path, rung=0, engine_state="crashed", barred={0: 600.0})
+    async with dashboard(service) as page:
+        select = page.locator("#lever-mode")
+        assert await select.input_value() == "medium"              # the next safer rung
+        assert "barred" in await page.locator("#lever-mode option[value='fast']").inner_text()
+        # medium is barred too: the next one down.
+        service.st = status_of(service.policy, rung=0, engine_state="crashed",
+                               barred={0: 600.0, 1: 300.0})
+        await page.wait_for_function(
+            "document.querySelector('#lever-mode').value === 'safe'", timeout=10_000)
+        # The engine serves again on medium: pinning means "stay here".
+        service.st = status_of(service.policy, rung=1, engine_state="ready")
+        await page.wait_for_function(
+            "document.querySelector('#lever-mode').value === 'medium'", timeout=10_000)
+        # The operator's own pick stands across polls.
+        await select.select_option("fast")
+        service.st = status_of(service.policy, rung=1, engine_state="crashed")
+        await page.wait_for_function(
+            "document.querySelector('#lever-mode option').textContent.length > 0 && "
+            "[...document.querySelectorAll('#lever-mode option')].some((o) => "
+            "o.textContent.includes('engine crashed'))", timeout=10_000)
+        assert await select.input_value() == "fast"
+

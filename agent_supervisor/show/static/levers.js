@@ -30,6 +30,27 @@ const LEVERS = [
       "engine stops and starts again in the same mode." },
 ];
 
+// Issue 33: the mode the Pin menu offers until the operator picks one. It used to offer
+// the first rung, the fastest, which at 3 a.m. is usually the one that just crashed. Now:
+// the current rung while its engine serves (pinning then means "stay as you are"), else
+// the nearest safer rung that is not barred (the current one crashed or is not serving
+// yet), at the bottom the safest rung itself; never a barred rung while another exists.
+function safePin(st) {
+  const free = (r) => r.barred_until_seconds === null || r.barred_until_seconds === undefined;
+  const here = st.ladder[st.rung];
+  if (st.engine_state === "ready" && free(here)) return here.mode;
+  const safer = st.ladder.slice(st.rung + 1).find(free);
+  if (safer) return safer.mode;
+  if (free(here)) return here.mode;
+  return (st.ladder.slice(0, st.rung).reverse().find(free) || here).mode;
+}
+
+function pinLabel(st, r) {
+  const notes = [r.rung === st.rung ? `current, engine ${st.engine_state}` : null,
+    r.barred_until_seconds != null ? "barred: failed recently" : null].filter(Boolean);
+  return notes.length ? `${r.mode} (${notes.join("; ")})` : r.mode;
+}
+
 function leverToken() {
   let token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) {
@@ -58,6 +79,7 @@ async function pull(lever) {
       true);
   }
   levers.last = body;
+  if (lever.mode) delete $("#lever-mode").dataset.chosen;    // the next default is safePin
   note(`${lever.label}: done; mode ${body.mode}` +
     (body.requested ? `, stepping to ${body.requested}` : "") +
     (body.pinned ? `, pinned to ${body.pinned}` : "") + (body.paused ? ", paused" : ""));
@@ -80,13 +102,17 @@ function renderLevers(st) {
         onclick: () => pull(lever).catch((err) => note(`${lever.label}: ${err.message}`, true)) },
       lever.label);
       return lever.mode ? el("span", { class: "lever-pin" }, button,
-        el("select", { id: "lever-mode", "aria-label": "mode to pin" })) : button;
+        el("select", { id: "lever-mode", "aria-label": "mode to pin",
+          onchange: (e) => { e.target.dataset.chosen = e.target.value; } })) : button;
     }), el("span", { id: "lever-note", class: "lever-note" }));
   }
   const select = $("#lever-mode");
-  const modes = st.ladder.map((r) => r.mode);
-  if ([...select.options].map((o) => o.value).join() !== modes.join()) {
-    select.replaceChildren(...modes.map((m) => el("option", { value: m }, m)));
+  const labels = st.ladder.map((r) => pinLabel(st, r));
+  if ([...select.options].map((o) => o.textContent).join("\n") !== labels.join("\n")) {
+    select.replaceChildren(...st.ladder.map((r, i) =>
+      el("option", { value: r.mode }, labels[i])));
   }
+  const chosen = select.dataset.chosen;       // the operator's pick stands until used
+  select.value = chosen && st.ladder.some((r) => r.mode === chosen) ? chosen : safePin(st);
   for (const lever of LEVERS) $(`#lever-${lever.action}`).disabled = !lever.enabled(st);
 }
