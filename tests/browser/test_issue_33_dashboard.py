@@ -120,3 +120,27 @@ async def test_issue_33_pin_menu_defaults_to_a_safe_rung_never_the_one_that_cras
             "o.textContent.includes('engine crashed'))", timeout=10_000)
         assert await select.input_value() == "fast"
 
+async def test_issue_33_a_hold_while_requests_are_held_is_a_warning_not_green(
+        tmp_path: Path) -> None:
+    from agent_supervisor.show.api.models import DecisionOut
+
+    hold = DecisionOut(action="hold", rung=0, mode="fast", explanation="engine starting",
+                       findings=[])
+    gateway = {"url": "http://127.0.0.1:1/v1", "requests_in_flight": 0, "requests_queued": 3,
+               "max_concurrency": 4, "held": True}
+    service = stub(tmp_path, engine_state="starting", last_decision=hold, gateway=gateway)
+    async with dashboard(service) as page:
+        badge = page.locator("#decision .action")
+        assert await badge.inner_text() == "holding requests: engine starting"
+        warn = await badge.evaluate("(b) => getComputedStyle(b).backgroundColor")
+        assert warn == "rgb(254, 243, 199)"                    # the warning colour
+        assert "holding new requests until the engine serves" in \
+            await page.locator("#meta").inner_text()
+        # All well: a hold is "no change", and still not green.
+        service.st = status_of(service.policy, engine_state="ready", last_decision=hold,
+                               gateway={**gateway, "held": False})
+        await text_of(page, "#decision .action", "hold: no change")
+        colour = await badge.evaluate("(b) => getComputedStyle(b).backgroundColor")
+        red, green, blue = (int(c) for c in colour[4:-1].split(", "))
+        assert not (green > red + 20 and green > blue + 20), colour
+

@@ -113,7 +113,7 @@ function renderStatus(st) {
     st.probation_seconds_left ? `probation ${duration(st.probation_seconds_left)} left` : null,
     gw ? `gateway ${gw.requests_in_flight} in flight, ${gw.requests_queued} queued` +
       (gw.max_concurrency === null ? "" : ` (max ${gw.max_concurrency})`) +
-      (gw.held ? ", holding requests" : "") : null,
+      (gw.held ? ", holding new requests until the engine serves" : "") : null,
   ].filter(Boolean).join(" · ");
 
   $("#ladder").replaceChildren(...st.ladder.map((r) => {
@@ -136,12 +136,24 @@ function renderStatus(st) {
   const d = st.last_decision;
   $("#decision").replaceChildren(d === null
     ? el("p", { class: "muted" }, "No decision yet.")
-    : el("p", {}, el("span", { class: `action action-${d.action}` }, d.action),
-      " ", d.explanation,
+    : el("p", {}, actionBadge(d, st), " ", d.explanation,
       ...d.findings.map((f) => el("span", { class: `finding sev-${f.severity}` },
         `${f.severity}: ${f.summary ?? f.kind}` +
         (f.recommended_action && f.recommended_action !== "NONE"
           ? ` (recommended action ${f.recommended_action})` : "")))));
+}
+
+// Issue 33: a green "hold" sat beside "holding requests". A hold while the gateway holds
+// requests or the engine does not serve is said in the warning colour with what happens;
+// a hold with all well is grey ("no change"), never green.
+function actionBadge(d, st) {
+  if (d.action !== "hold") return el("span", { class: `action action-${d.action}` }, d.action);
+  const held = st.gateway && st.gateway.held;
+  if (held || st.engine_state !== "ready") {
+    return el("span", { class: "action action-holding" },
+      `${held ? "holding requests" : "waiting"}: engine ${st.engine_state}`);
+  }
+  return el("span", { class: "action action-hold" }, "hold: no change");
 }
 
 // ---- charts ----------------------------------------------------------------------------
