@@ -83,7 +83,7 @@ class Supervisor:
                                    poke=self._poke, base_url=lambda: self.launcher.base_url)
         self.events.ladder = self.ladder
         self.launcher = EngineLauncher(self.holder, on_change=self.events)
-        self.gateway = make_gateway(self.holder, self.registry, self.recorder)
+        self.gateway = make_gateway(self.holder, self.registry, self.recorder, self.ladder)
         self.sensors = Sensors(
             self.holder, gpu=GpuSensor(index=policy.sampling.gpu_index),
             kernel=KernelLogFollower() if policy.sampling.kernel_log else None,

@@ -11,6 +11,9 @@ Served on a Unix socket in the state directory (``gateway.sock``, mode 0600 insi
                                 when done
 ``POST /control/release``       ``{"rung"}``: the engine serves in that rung
 ``POST /control/shed``          ``{"shed"}``: lower or restore the mode's limits
+``POST /control/verdict``       ``{"reason"}``: why the engine is not ready although it
+                                serves (a hang suspected, a reboot required), or null: the
+                                readiness probes say it (agent_supervisor/gateway/readiness.py)
 ``POST /control/policy``        ``{"rung"}``: read the policy file again (400: refused, the old
                                 one stays)
 ``POST /control/stop``          drain and exit (``{"handover": true}``: hand the sockets to a
@@ -60,6 +63,12 @@ class ShedBody(_Body):
     shed: bool
 
 
+class VerdictBody(_Body):
+    """``POST /control/verdict``."""
+
+    reason: str | None = None
+
+
 class StopBody(_Body):
     """``POST /control/stop``."""
 
@@ -80,6 +89,21 @@ def _on_every_request(app: FastAPI, contact: Callable[[], None]) -> None:
         return await call_next(request)
 
 
+def _levers(app: FastAPI, gw: Gateway) -> None:
+    """The instant levers: shed and the readiness verdict."""
+    @app.post("/control/shed")
+    async def shed(body: ShedBody) -> dict[str, Any]:
+        """Lower or restore the limits."""
+        gw.set_shed(body.shed)
+        return {"shed": body.shed}
+
+    @app.post("/control/verdict")
+    async def verdict(body: VerdictBody) -> dict[str, Any]:
+        """The supervisor's readiness verdict (null: nothing against the engine)."""
+        gw.set_verdict(body.reason)
+        return {"verdict": gw.verdict}
+
+
 def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
                 reload: Callable[[int], str | None], stop: Callable[[bool], None],
                 contact: Callable[[], None]) -> FastAPI:
@@ -97,6 +121,7 @@ def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
         a = gw.admission
         return {"pid": os.getpid(), "owner": owner, "rung": gw.rung, "mode": gw.mode_name,
                 "held": a.held, "shed": a.shed, "ready": gw.ready, "epoch": gw.epoch,
+                "verdict": gw.verdict,
                 "load": asdict(gw.gateway_load()), "summary": gw.summary(),
                 "resumptions": [r for r in gw.resumptions.recent if r["seq"] > since]}
 
@@ -119,11 +144,7 @@ def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
         gw.release(body.rung)
         return {"held": False, "mode": gw.mode_name}
 
-    @app.post("/control/shed")
-    async def shed(body: ShedBody) -> dict[str, Any]:
-        """Lower or restore the limits."""
-        gw.set_shed(body.shed)
-        return {"shed": body.shed}
+    _levers(app, gw)
 
     @app.post("/control/policy")
     async def policy(body: RungBody) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from agent_supervisor.gateway.errors import api_error, openai_error
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from agent_supervisor.gateway.quality import AnswerWatch, agent_label
+from agent_supervisor.gateway.readiness import PROBE_PATHS, Readiness
 from agent_supervisor.gateway.resume import Resumption
 from agent_supervisor.gateway.resume_apis import plan_stream
 from agent_supervisor.gateway.streaming import (
@@ -87,13 +88,16 @@ class GatewayApp:
 
     Every HTTP request outside ``/gateway/`` goes straight to ``handle`` (FastAPI's
     middleware stack costs about 0.15 ms a request here, a sixth of the 1 ms budget);
-    ``/gateway/health`` and ``/gateway/status`` are FastAPI routes. An unexpected error
-    in the proxy still answers, in the caller's API shape.
+    ``/gateway/health`` and ``/gateway/status`` are FastAPI routes; the load balancers'
+    probes (``/livez``, ``/ready``, ``/readyz``: agent_supervisor/gateway/readiness.py)
+    are answered here, without a key, never forwarded (one set lookup a request). An
+    unexpected error in the proxy still answers, in the caller's API shape.
     """
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
         self.api = _gateway_api(gw)
+        self.readiness = Readiness(gw)
         self.closing = False
         """Draining (``Gateway.drain``): every response says ``Connection: close``."""
 
@@ -105,6 +109,10 @@ class GatewayApp:
             return
         gw = self.gw
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        if raw_path in PROBE_PATHS:          # the gateway's own, whatever extra_paths say
+            answer = await self.readiness.respond(raw_path, scope["method"])
+            await answer(scope, receive, send)
+            return
         hit = gw.routes.route(raw_path)
         if hit is None:
             await _refuse_path(gw, raw_path)(scope, receive, send)

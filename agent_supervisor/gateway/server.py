@@ -61,6 +61,13 @@ class Gateway:
                                    max_held=self.spec.max_held_requests,
                                    max_queued_bytes=self.spec.max_queued_bytes)
         self.admission.hold()
+        self.hold_reason: str | None = "engine starting"
+        """Why the gateway holds (None: admitting), for the readiness probes."""
+        self.verdict: str | None = None
+        """Why the supervisor calls the engine not ready although it serves (a hang
+        suspected, a reboot required), or None: ``set_verdict``."""
+        self.verdict_of: Callable[[], str | None] | None = None
+        """Inside the supervisor's process: its verdict, read at each probe instead."""
         self.metrics = GatewayMetrics(registry)
         self.resumptions = ResumptionLog(self.metrics)
         self.routes = self._routes(self.spec.extra_paths)
@@ -107,6 +114,7 @@ class Gateway:
         """Stop admitting (new requests queue); with ``drain``, wait until in-flight
         requests finish or ``drain_timeout_seconds`` pass."""
         self.admission.hold()
+        self.hold_reason = reason
         self._ready.clear()
         self.epoch += 1
         logger.info("gateway holding new requests (%s); %d in flight", reason,
@@ -128,6 +136,7 @@ class Gateway:
         self.admission.set_limits(self.policy.modes[rung].gateway)
         self.admission.set_shed(False)
         self._ready.set()
+        self.hold_reason = None
         self.admission.release()
         logger.info("gateway admitting for mode %s (%d queued)", self.mode_name,
                     self.admission.queued)
@@ -160,6 +169,14 @@ class Gateway:
         """Lower (True) or restore the current mode's limits."""
         self.admission.set_shed(shed)
         self._changed()
+
+    def set_verdict(self, reason: str | None) -> None:
+        """The supervisor's word on readiness beyond hold and release: why the engine
+        should get no traffic although it answers (None: nothing against it)."""
+        if reason != self.verdict:
+            logger.info("gateway readiness verdict: %s -> %s", self.verdict or "healthy",
+                        reason or "healthy")
+        self.verdict = reason
 
     def summary(self) -> dict[str, object]:
         """Held or not and the load, for the supervisor's status."""

@@ -10,7 +10,9 @@ the supervisor's group leaves it). Then it is, for the executor, the ``GatewayCo
 ``GatewayLoadSource`` (the load of the last poll, every ``POLL_SECONDS``). Every
 resumption or whole re-send the gateway reports becomes an incident of kind
 ``stream_resumed`` through the Recorder (the one incident sink). The gateway's counters
-are re-exported on the supervisor's /metrics (``refresh`` before each scrape).
+are re-exported on the supervisor's /metrics (``refresh`` before each scrape). At each
+poll the ladder's readiness verdict (``readiness_verdict``: a reboot required, a hang
+suspected) is sent when it changed, for the gateway's ``/ready`` (issue 31).
 
 A gateway that dies is started again with its saved state (rung, held, shed).
 """
@@ -24,7 +26,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,15 +38,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_supervisor.act.capabilities import drop_ambient_capabilities
 from agent_supervisor.act.incident import Incident
+from agent_supervisor.decide.ladder import LadderState
 from agent_supervisor.errors import ListenError
 from agent_supervisor.gateway.process import CONTROL_SOCKET
 from agent_supervisor.gateway.server import Gateway
 from agent_supervisor.policy import Policy
 from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
 from agent_supervisor.sense.gateway_load import GatewayLoad
 
-__all__ = ["POLL_SECONDS", "GatewayLink", "make_gateway"]
+__all__ = ["POLL_SECONDS", "GatewayLink", "make_gateway", "readiness_verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +68,11 @@ class GatewayLink:
     ``policy_path``: the file the gateway process reads (it is started with it)."""
 
     def __init__(self, holder: PolicyHolder, policy_path: Path, registry: CollectorRegistry,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, *,
+                 verdict: Callable[[], str | None] | None = None) -> None:
         self._holder = holder
+        self._verdict_of = verdict
+        """The supervisor's readiness verdict now, sent at each poll when it changed."""
         self.policy_path = policy_path
         self.recorder = recorder
         state = holder.current.state_directory
@@ -83,6 +90,8 @@ class GatewayLink:
         self._metrics = ""
         self._seq = 0
         self._rung = 0
+        self._verdict: object = _UNSENT
+        """The verdict last sent (``_UNSENT``: none yet, or the gateway lost it)."""
         self._queue: asyncio.Queue[tuple[str, dict[str, Any], asyncio.Future[Any]]] = \
             asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,6 +182,12 @@ class GatewayLink:
         """A reloaded policy: the gateway reads the file again."""
         self._enqueue("/control/policy", {"rung": rung})
 
+    def set_verdict(self, reason: str | None) -> None:
+        """The readiness verdict (``readiness_verdict``), sent when it changed."""
+        if reason != self._verdict:
+            self._verdict = reason
+            self._enqueue("/control/verdict", {"reason": reason})
+
     # -- GatewayLoadSource and status --------------------------------------------------
 
     def gateway_load(self) -> GatewayLoad | None:
@@ -204,6 +219,8 @@ class GatewayLink:
         self.owner, self.pid, self._rung = state["owner"], state["pid"], state["rung"]
         self._load = GatewayLoad(**state["load"])
         self._summary = state["summary"]
+        if state.get("verdict") != self._verdict and self._queue.empty():
+            self._verdict = _UNSENT        # a gateway that lost it (restarted): send again
         for entry in state["resumptions"]:
             self._seq = max(self._seq, entry["seq"])
             self._record(entry)
@@ -239,6 +256,8 @@ class GatewayLink:
             if state is not None:
                 missed = 0
                 self._take(state)
+                if self._verdict_of is not None:
+                    self.set_verdict(self._verdict_of())
                 continue
             missed += 1
             self._load = None
@@ -283,6 +302,21 @@ class GatewayLink:
                 break
 
 
+#: No verdict sent to this gateway yet.
+_UNSENT = object()
+
+
+def readiness_verdict(ladder: LadderState) -> str | None:
+    """Why the gateway's readiness probes should say "not ready" beyond its own hold
+    (agent_supervisor/gateway/readiness.py): the ladder holds for a reboot, or a hang is
+    suspected (the shed that waits for the canary's answer); None: nothing against it."""
+    if ladder.reboot_required is not None:
+        return f"reboot required ({ladder.reboot_required})"
+    if ladder.shed and ladder.shed_kind == "engine_hang_suspected":
+        return "engine hang suspected (no progress; a canary is on its way)"
+    return None
+
+
 def _alive(pid: int | None) -> bool:
     if pid is None:
         return False
@@ -308,14 +342,18 @@ class _Relay:
             yield from text_string_to_metric_families(self.link._metrics)
 
 
-def make_gateway(holder: PolicyHolder, registry: CollectorRegistry,
-                 recorder: Recorder) -> Gateway | GatewayLink | None:
+def make_gateway(holder: PolicyHolder, registry: CollectorRegistry, recorder: Recorder,
+                 ladder: Ladder | None = None) -> Gateway | GatewayLink | None:
     """The gateway's own process when there is a policy file for it to read (agents'
     connections then outlive this process), else one inside this process (tests that
-    build a policy in memory); None when ``gateway.enabled`` is false."""
+    build a policy in memory); None when ``gateway.enabled`` is false. With ``ladder``,
+    its readiness probes follow ``readiness_verdict`` of the ladder's state."""
     policy = holder.current
     if not policy.gateway.enabled:
         return None
+    verdict = None if ladder is None else (lambda: readiness_verdict(ladder.state))
     if holder.path is None:
-        return Gateway(policy, rung=policy.initial_rung, registry=registry)
-    return GatewayLink(holder, holder.path, registry, recorder)
+        gw = Gateway(policy, rung=policy.initial_rung, registry=registry)
+        gw.verdict_of = verdict
+        return gw
+    return GatewayLink(holder, holder.path, registry, recorder, verdict=verdict)
