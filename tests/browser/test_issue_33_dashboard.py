@@ -94,6 +94,7 @@ async def test_issue_33_probe_lines_are_hidden_from_the_log_pane_and_the_tail(
         assert "EngineDeadError" in tail and "GET /health" not in tail
         assert "GET /metrics" not in tail and "POST /v1/chat/completions" in tail
 
+
 async def test_issue_33_pin_menu_defaults_to_a_safe_rung_never_the_one_that_crashed(
         tmp_path: Path) -> None:
     # At 3 a.m.: rung 0 (fast) just crashed and is barred; the menu offered "fast".
@@ -120,6 +121,7 @@ async def test_issue_33_pin_menu_defaults_to_a_safe_rung_never_the_one_that_cras
             "o.textContent.includes('engine crashed'))", timeout=10_000)
         assert await select.input_value() == "fast"
 
+
 async def test_issue_33_a_hold_while_requests_are_held_is_a_warning_not_green(
         tmp_path: Path) -> None:
     from agent_supervisor.show.api.models import DecisionOut
@@ -144,3 +146,20 @@ async def test_issue_33_a_hold_while_requests_are_held_is_a_warning_not_green(
         red, green, blue = (int(c) for c in colour[4:-1].split(", "))
         assert not (green > red + 20 and green > blue + 20), colour
 
+
+async def test_issue_33_a_starting_engine_says_when_it_usually_serves(tmp_path: Path) -> None:
+    from tests.helpers.admin_stub import add_run
+
+    service = stub(tmp_path, engine_state="starting", engine_seconds_in_state=12.0)
+    async with dashboard(service) as page:                 # no history: no estimate
+        assert await page.locator("#engine").inner_text() == "engine starting for 12 s"
+    service = stub(tmp_path / "2", engine_state="starting", engine_seconds_in_state=12.0)
+    for n, seconds in enumerate([40.0, 44.0, 50.0]):
+        add_run(service.store, run_id=f"fast-{n}", mode="fast", startup_seconds=seconds)
+    add_run(service.store, run_id="safe-0", mode="safe", startup_seconds=9.0)
+    add_run(service.store, run_id="fast-failed", mode="fast", startup_seconds=None)
+    async with dashboard(service) as page:
+        text = await text_of(page, "#engine", "usually")
+        assert text == "engine starting for 12 s, usually ready in ~44 s"
+        assert "median of the last 3 starts of fast" in \
+            await page.locator("#engine").get_attribute("title")

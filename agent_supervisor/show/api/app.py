@@ -18,6 +18,7 @@ from agent_supervisor.show.api import (
     engine_log,
     fleet,
     incidents,
+    starts,
     status,
     telemetry,
     transitions,
@@ -49,8 +50,8 @@ def load_token(sup: AdminBackend) -> str | None:
 
 def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     """Routes: /api/status, /api/incidents[/{id}], /api/transitions, /api/telemetry,
-    /api/actions/{action}, /api/engine/log, /api/fleet, /api/calibration, /metrics, and
-    the dashboard at /.
+    /api/actions/{action}, /api/engine/log, /api/engine/starts, /api/fleet,
+    /api/calibration, /metrics, and the dashboard at /.
     OpenAPI at /docs."""
     app = FastAPI(title="agent-serving supervisor", version=__version__,
                   description="Admin API of the reliability supervisor: status, incidents, "
@@ -59,8 +60,8 @@ def create_admin_app(sup: AdminBackend, *, token: str | None = None) -> FastAPI:
     app.state.supervisor = sup
     app.state.token = token
     app.state.reads_open = is_loopback(sup.policy.admin.host)
-    for module in (status, incidents, transitions, telemetry, actions, engine_log, fleet,
-                   calibration):
+    for module in (status, incidents, transitions, telemetry, actions, engine_log, starts,
+                   fleet, calibration):
         app.include_router(module.router)
     spec = sup.policy.admin
     hosts = frozenset({*LOOPBACK_NAMES, *(h.lower() for h in spec.allowed_hosts),

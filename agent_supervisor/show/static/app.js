@@ -100,11 +100,16 @@ function renderStatus(st) {
       ...(lines.length ? [el("pre", {}, lines.join("\n"))] : []));
   }
   const engine = $("#engine");
+  const usual = st.engine_state === "starting" ? startEstimate.usual : null;
   engine.textContent = `engine ${st.engine_state} for ${duration(st.engine_seconds_in_state)}`
+    + (usual && usual.usual_seconds !== null
+      ? `, usually ready in ~${duration(usual.usual_seconds)}` : "")
     + (st.engine_container ? ` in container ${st.engine_container}` : "");
   engine.className = `badge state-${st.engine_state}`;
   engine.title = `run ${st.engine_run_id ?? "none"}, pid ${st.engine_pid ?? "none"}`
-    + (st.engine_container ? `, container ${st.engine_container}` : "");
+    + (st.engine_container ? `, container ${st.engine_container}` : "")
+    + (usual && usual.starts ? `; median of the last ${usual.starts} starts of ${usual.mode}` +
+      ` on this host, the longest ${duration(usual.max_seconds)}` : "");
   const gw = st.gateway;
   $("#meta").textContent = [
     `v${st.version}`, `up ${duration(st.uptime_seconds)}`,
@@ -154,6 +159,20 @@ function actionBadge(d, st) {
       `${held ? "holding requests" : "waiting"}: engine ${st.engine_state}`);
   }
   return el("span", { class: "action action-hold" }, "hold: no change");
+}
+
+// Issue 33: how long a start of this mode usually takes, from the recorded starts of
+// earlier runs (api/engine/starts), asked once per engine run; none without history.
+const startEstimate = { key: null, usual: null };
+
+async function updateStartEstimate(st) {
+  if (st.engine_state !== "starting") return;
+  const key = `${st.engine_run_id}/${st.mode}`;
+  if (startEstimate.key === key) return;
+  startEstimate.key = key;
+  startEstimate.usual = null;
+  startEstimate.usual = await api(`api/engine/starts?mode=${encodeURIComponent(st.mode)}`)
+    .catch(() => null);
 }
 
 // ---- charts ----------------------------------------------------------------------------
@@ -443,6 +462,7 @@ function renderTimeline(transitions, st) {
 async function poll() {
   try {
     const st = await api("api/status");      // first alone: a 401 asks for the token once
+    await updateStartEstimate(st);
     const since = new Date(Date.now() - TIMELINE_S * 1000).toISOString();
     const [tel, incidents, transitions] = await Promise.all([
       api(`api/telemetry?seconds=${WINDOW_S}`), api("api/incidents?limit=50"),
