@@ -37,6 +37,7 @@
     supervisor fleet --database URL           every supervisor on one database: rung, last
                                               incident, heartbeat age
     supervisor agent --policy FILE --node N   a worker node's agent (engine across boxes)
+    supervisor completion bash|zsh|fish       a shell completion script (from this parser)
 
 Exit status: 0 success; 1 the service gave up or a setup step failed (levers: the
 service refused it); 2 bad usage or a bad policy file (the message names the file, the
@@ -59,6 +60,7 @@ from pathlib import Path
 from agent_supervisor import __version__
 from agent_supervisor.commands import (
     agent,
+    completion,
     container_demo,
     fleet,
     gateway,
@@ -255,6 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_parser(sub)
     container_demo.add_parser(sub)
     provision.add_parsers(sub)
+    completion.add_parser(sub)
     return p
 
 
@@ -277,6 +280,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "agent": agent.run, "dashboards": provision.dashboards,
     "container-demo": container_demo.run,
     "alert-rules": provision.alert_rules,
+    "completion": lambda args: completion.run(args, _parser()),
 }
 
 
