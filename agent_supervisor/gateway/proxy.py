@@ -49,6 +49,7 @@ from agent_supervisor.gateway.admission import Rejected, Slot
 from agent_supervisor.gateway.body import BadBody, parse_body
 from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
+from agent_supervisor.gateway.models import MODELS_PATH, policy_models
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from agent_supervisor.gateway.quality import AnswerWatch, agent_label
@@ -298,6 +299,10 @@ async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Respo
     denied = _check_auth(gw, request, api)
     if denied is not None:
         return denied
+    if not gw.ready and request.scope["path"] == MODELS_PATH and request.method == "GET":
+        own = policy_models(gw)          # agent_supervisor/gateway/models.py (issue 33)
+        if own is not None:
+            return own
     if route is Route.ADMIT and request.method != "POST":
         return api_error(api, 405, f"{request.scope['path']} takes POST",
                          type_="invalid_request_error", code="method_not_allowed")

@@ -1,0 +1,96 @@
+"""``/v1/models`` while the engine does not serve (issue 33): answered from the policy.
+
+Agent frameworks list the models at start-up (the OpenAI SDK's ``models.list()``, Codex
+CLI, LangChain's model pickers) and time out or hang when that list is held until the
+engine is ready (3.3 s on the CPU engine, minutes for a large model). So while the
+gateway holds (the engine starting or being switched) it answers ``GET /v1/models``
+itself, at once, with the names the engine will serve, read from the current mode's
+argument vector (``policy.build_argv``):
+
+- vLLM: ``--served-model-name`` (one or more names), else ``--model``, else the
+  positional model of ``vllm serve MODEL`` (vllm/entrypoints/openai/cli_args.py: the
+  served name defaults to the model);
+- llama-server: ``--alias``/``-a``, else ``--model``/``-m`` (tools/server/server.cpp
+  lists ``params.model_alias`` or the model's path).
+
+Each model object carries ``"supervisor": {"mode", "rung", "held", "shed",
+"engine_ready": false}`` as the engine's answer does once it serves
+(agent_supervisor/gateway/visibility.py). With no name to be found in the arguments the
+request is held as before. Once the engine serves, its own answer is forwarded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import Response
+
+from agent_supervisor.policy import build_argv
+
+if TYPE_CHECKING:
+    from agent_supervisor.gateway.server import Gateway
+
+__all__ = ["MODELS_PATH", "policy_models", "served_names"]
+
+MODELS_PATH = "/v1/models"
+
+_NAME_FLAGS = {"vllm": (("--served-model-name",), ("--model",)),
+               "llama_cpp": (("--alias", "-a"), ("--model", "-m"))}
+_OWNED_BY = {"vllm": "vllm", "llama_cpp": "llamacpp"}
+
+
+def _values(argv: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The values of the last of ``names`` in ``argv`` (``--f a b``, ``--f=a``)."""
+    found: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, inline = arg.partition("=")
+        if flag not in names:
+            continue
+        if eq:
+            found = [inline]
+            continue
+        found = []
+        for nxt in argv[i + 1:]:
+            if nxt.startswith("-"):
+                break
+            found.append(nxt)
+    return found
+
+
+def served_names(kind: str, argv: Sequence[str]) -> list[str]:
+    """The model names an engine of ``kind`` started with ``argv`` (without the
+    executable) serves; [] when they cannot be told from the arguments. Pure."""
+    names, model = _NAME_FLAGS.get(kind, _NAME_FLAGS["vllm"])
+    found = _values(argv, names)
+    if found:
+        return found if kind == "vllm" else found[:1]
+    found = _values(argv, model)
+    if found:
+        return found[:1]
+    if kind == "vllm" and "serve" in argv:
+        i = list(argv).index("serve")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return [argv[i + 1]]
+    return []
+
+
+def policy_models(gw: Gateway) -> Response | None:
+    """The gateway's own ``/v1/models`` answer for the current mode, or None when no
+    name can be told from the policy (the request then waits for the engine)."""
+    policy = gw.policy
+    names = served_names(policy.engine.kind, build_argv(policy, policy.modes[gw.rung])[1:])
+    if not names:
+        return None
+    a = gw.admission
+    mark = {"mode": gw.mode_name, "rung": gw.rung, "held": a.held, "shed": a.shed,
+            "engine_ready": False}
+    created = int(time.time())
+    data: list[dict[str, Any]] = [
+        {"id": name, "object": "model", "created": created,
+         "owned_by": _OWNED_BY.get(policy.engine.kind, "vllm"), "supervisor": mark}
+        for name in dict.fromkeys(names)]
+    return Response(json.dumps({"object": "list", "data": data}),
+                    media_type="application/json", headers={"Cache-Control": "no-store"})

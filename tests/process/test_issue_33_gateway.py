@@ -1,0 +1,58 @@
+"""Issue 33, the gateway's findings, over real HTTP against the stand-in engine (a real
+process): ``/v1/models`` answered from the policy while the engine starts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from agent_supervisor.gateway.models import served_names
+from tests.process.test_gateway import Rig, start_engine, stop_engine
+
+NAMED = [{"name": "fast", "args": {"--served-model-name": "fake-model"}}]
+
+
+def test_issue_33_served_names_from_the_engine_arguments() -> None:
+    assert served_names("vllm", ["serve", "/m/x", "--served-model-name", "a", "b",
+                                 "--port", "1"]) == ["a", "b"]
+    assert served_names("vllm", ["serve", "/m/x", "--port", "1"]) == ["/m/x"]
+    assert served_names("vllm", ["-m", "vllm.entrypoints.openai.api_server",
+                                 "--model=/m/y"]) == ["/m/y"]
+    assert served_names("llama_cpp", ["-m", "/m/q.gguf", "--alias", "qwen"]) == ["qwen"]
+    assert served_names("llama_cpp", ["-m", "/m/q.gguf"]) == ["/m/q.gguf"]
+    assert served_names("vllm", ["fake_engine.py", "--port", "1"]) == []
+
+
+async def test_issue_33_models_answer_at_once_while_the_engine_starts(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, modes=NAMED)
+    await rig.gw.start()                       # held: the engine is not started yet
+    try:
+        async with httpx.AsyncClient() as c:
+            t0 = time.monotonic()
+            r = await c.get(rig.url + "/v1/models", timeout=5)
+            took = time.monotonic() - t0
+            assert r.status_code == 200 and took < 1.0, (r.status_code, took)
+            body = r.json()
+            assert [m["id"] for m in body["data"]] == ["fake-model"]
+            assert body["data"][0]["supervisor"] == {
+                "mode": "fast", "rung": 0, "held": True, "shed": False,
+                "engine_ready": False}
+            # Serving: the engine's own answer, with the mode as before.
+            rig.engine = start_engine(rig.policy.engine.port)
+            rig.gw.release(0)
+            r = await c.get(rig.url + "/v1/models", timeout=5)
+            assert r.json()["data"][0]["supervisor"] == {
+                "mode": "fast", "rung": 0, "held": False, "shed": False}
+            # Killed and held for the restart: answered from the policy again.
+            stop_engine(rig.engine)
+            await rig.gw.hold("restart: engine_exited", drain=False)
+            t0 = time.monotonic()
+            r = await c.get(rig.url + "/v1/models", timeout=5)
+            assert r.status_code == 200 and time.monotonic() - t0 < 1.0
+            assert r.json()["data"][0]["id"] == "fake-model"
+    finally:
+        await rig.gw.stop()
+        if rig.engine is not None and rig.engine.poll() is None:
+            stop_engine(rig.engine)
