@@ -337,3 +337,8 @@ class LifecycleSpec(_Model):
     ``memory_pinned_reboot_required`` (GB10 cold-load failures leave ~100 GiB pinned)."""
     fallback_margin_bytes: Bytes = 4 * GiB
     """Kept free when a memory fallback fits the engine to what was free at launch."""
+    stack_dump_seconds: Annotated[float, Field(ge=0, le=10)] = 5.0
+    """Before a hung engine, or one that ignored SIGTERM, is SIGKILLed, its processes'
+    stacks are read for at most this long (py-spy; eu-stack or gdb for llama-server) and
+    kept with the incident; the kill waits no longer, whatever the tool does. At most 10
+    s (the kill's delay is bounded here); 0: no stacks (issue 31)."""

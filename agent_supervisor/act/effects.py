@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent_supervisor.act.engine_run import EngineRun
 from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.act.stack_dump import StackDump
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Finding, Severity
 from agent_supervisor.errors import EngineStopTimeout
@@ -24,6 +25,13 @@ logger = logging.getLogger(__name__)
 
 #: Lines of the engine's log kept with an incident.
 LOG_TAIL_LINES = 80
+#: Findings whose kill waits for the engine's stacks (issue 31): a hung engine's, read
+#: within ``lifecycle.stack_dump_seconds`` (a crashed engine has no stack left to read,
+#: and an emergency kill must not wait).
+STACK_KINDS = ("engine_hung",)
+#: Findings an incident carries the run's stacks with: the hang, and the stop whose
+#: SIGTERM was ignored (read by the launcher before its SIGKILL).
+STACK_EVIDENCE_KINDS = ("engine_hung", "sigterm_ignored")
 
 
 class GatewayControl(Protocol):
@@ -66,6 +74,11 @@ class EngineControl(Protocol):
     async def kill(self, *, reason: str, crash: CrashReason | None = None,
                    emergency: str | None = None) -> None:
         """SIGKILL the process group at once."""
+
+    async def dump_stacks(self, reason: str) -> StackDump | None:
+        """Read the current run's processes' stacks, within the policy's bound
+        (``lifecycle.stack_dump_seconds``); None without a run. Optional: an owner
+        without it gives incidents no stacks."""
 
 
 class RecordSink(Protocol):
@@ -124,8 +137,10 @@ class Executor:
         REBOOT_REQUIRED record the incident (with the engine's log tail; the alert goes
         with it) and the transition, then clear the old engine: SIGKILL to its group for a
         crash or an emergency, a drain for a graceful step. The next start comes from the next
-        decision, at once or after the backoff. SHED moves the gateway's limits. HOLD
-        records findings the first time they appear in a run.
+        decision, at once or after the backoff. A hung engine's stacks are read before
+        its incident and kill (``_read_stacks``: at most ``lifecycle.stack_dump_seconds``).
+        SHED moves the gateway's limits. HOLD records findings the first time they appear
+        in a run.
         """
         action = decision.action
         if action is Action.HOLD:
@@ -144,6 +159,7 @@ class Executor:
             else:
                 logger.info("no gateway attached: shedding has no lever to pull")
             return
+        await self._read_stacks(decision)
         self._record_incident(decision, from_rung)
         try:
             await self._clear(decision)
@@ -157,6 +173,17 @@ class Executor:
             self._give_up()
             return
         self._poke_at(decision.delay_seconds)
+
+    async def _read_stacks(self, decision: Decision) -> None:
+        """A hung engine is about to be SIGKILLed: read its stacks first (at most
+        ``lifecycle.stack_dump_seconds``) onto its run, for the incident."""
+        worst = decision.findings[0] if decision.findings else None
+        dump = getattr(self.launcher, "dump_stacks", None)
+        run = self.launcher.run
+        if worst is None or worst.kind not in STACK_KINDS or dump is None or run is None \
+                or worst.run_id not in (None, run.run_id):
+            return
+        run.stacks = await dump(f"{decision.action}: {worst.kind}")
 
     async def _clear(self, decision: Decision) -> None:
         """Stop the current engine the way the decision calls for."""
@@ -203,13 +230,15 @@ class Executor:
     def _incident(self, decision: Decision, from_rung: int, worst: Finding | None,
                   action: str) -> Incident:
         run = self.launcher.run
+        findings = [f.to_dict() for f in decision.findings]
         return Incident(
             kind=worst.kind if worst else str(decision.action),
             severity=str(worst.severity) if worst else "info",
-            started_at=_now(), action=action, explanation=decision.explanation,
+            started_at=_now(), action=action,
+            explanation=_with_stacks(decision.explanation, findings, run, worst),
             mode=self.policy.modes[from_rung].name, rung=from_rung, run_id=decision.run_id
             or (worst.run_id if worst else None),
-            findings=[f.to_dict() for f in decision.findings],
+            findings=findings,
             log_tail=_log_tail(run), kernel_lines=self._kernel_lines(),
             outcome=_outcome(decision, self.policy),
         )
@@ -243,6 +272,22 @@ def _log_tail(run: EngineRun | None) -> str | None:
     run.log_tail.catch_up()
     lines = run.log_tail.text().splitlines()
     return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _with_stacks(explanation: str, findings: list[dict[str, Any]], run: EngineRun | None,
+                 worst: Finding | None) -> str:
+    """Hand the run's stacks read before the kill (if any) to the incident about them:
+    the whole dump into the finding's ``evidence["stacks"]``, one line of it appended to
+    the explanation (so the alert carries it). Returns the explanation."""
+    if run is None or run.stacks is None or worst is None \
+            or worst.kind not in STACK_EVIDENCE_KINDS or worst.run_id not in (None, run.run_id):
+        return explanation
+    stacks, run.stacks = run.stacks, None
+    for f in findings:
+        if f.get("kind") == worst.kind:
+            f["evidence"] = {**(f.get("evidence") or {}), "stacks": stacks.to_evidence()}
+            break
+    return f"{explanation}; {stacks.excerpt()}"
 
 
 def _outcome(decision: Decision, policy: Policy) -> str:

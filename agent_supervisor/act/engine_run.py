@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_supervisor.act.logtail import LogTail
+from agent_supervisor.act.stack_dump import StackDump
 from agent_supervisor.states import CrashReason
 
 __all__ = ["EngineRun", "new_run_id", "utcnow"]
@@ -68,6 +69,9 @@ class EngineRun:
     oom_killed: bool | None = None
     """The container engine's OOMKilled flag at exit (a cgroup limit); None: unknown."""
     log_tail: LogTail | None = field(default=None, repr=False)
+    stacks: StackDump | None = field(default=None, repr=False)
+    """Its processes' stacks read before the kill (a hang, an ignored SIGTERM), until an
+    incident carries them (``act/stack_dump.py``)."""
     """The newest lines of ``log_path`` in memory; ``poll()`` it to catch up."""
 
     @property

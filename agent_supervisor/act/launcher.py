@@ -27,12 +27,8 @@ from agent_supervisor.act.engine_env import find_run_tmp_dirs, remove_run_tmp_di
 from agent_supervisor.act.engine_run import EngineRun, new_run_id, utcnow
 from agent_supervisor.act.engine_runtime import EngineRuntime, ProcessRuntime, runtime_for
 from agent_supervisor.act.logtail import LogTail
-from agent_supervisor.act.processes import (
-    Leftovers,
-    remove_stale_shm,
-    shm_snapshot,
-    spawn_failure,
-)
+from agent_supervisor.act.processes import Leftovers, remove_stale_shm, shm_snapshot, spawn_failure
+from agent_supervisor.act.stack_dump import StackDump, dump_stacks
 from agent_supervisor.engine_flags import flag_rules
 from agent_supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
 from agent_supervisor.policy import Policy, build_argv
@@ -104,8 +100,7 @@ class EngineLauncher:
     @property
     def base_url(self) -> str:
         """``http://host:port`` of the engine's HTTP server."""
-        eng = self.policy.engine
-        return f"http://{eng.host}:{eng.port}"
+        return f"http://{self.policy.engine.host}:{self.policy.engine.port}"
 
     def status(self) -> EngineStatus:
         """Snapshot of state and run for a Sample."""
@@ -191,16 +186,13 @@ class EngineLauncher:
             processes_rss_before_bytes=processes_rss_bytes(),
         )
         run.log_tail = LogTail(run.log_path)
-        self._run = run
-        self._exited = asyncio.Event()
+        self._run, self._exited = run, asyncio.Event()
         try:
             self._rt = runtime_for(self.policy, self._runtimes)
             run.shm_before = shm_snapshot()       # EMFILE here too under a flood
             await self._rt.spawn(run, self.policy)
         except (EngineStartError, OSError, subprocess.SubprocessError, PolicyError) as exc:
-            run.error = str(exc)
-            run.crash_reason = spawn_failure(exc)
-            run.ended_at = utcnow()
+            run.error, run.crash_reason, run.ended_at = str(exc), spawn_failure(exc), utcnow()
             self._exited.set()
             self._set(EngineState.CRASHED, f"spawn failed: {exc}")
             return run
@@ -277,7 +269,8 @@ class EngineLauncher:
         1. SIGTERM to the API server; vLLM drains for up to ``--shutdown-timeout``.
         2. Wait ``stop_grace_seconds`` (+ vLLM's ``shutdown_timeout_seconds``) for it to exit.
         3. SIGKILL to every member: the whole process group, or every process of the
-           container's cgroup (EngineCore and Workers can outlive the API server).
+           container's cgroup (EngineCore and Workers can outlive the API server); if
+           SIGTERM was ignored, their stacks are read first (``dump_stacks``).
         4. Wait up to ``kill_timeout_seconds`` for every member to vanish.
         5. Remove the container, the run's TMPDIR and the /dev/shm files it left behind.
 
@@ -301,6 +294,7 @@ class EngineLauncher:
                 run.sigterm_ignored = True
                 logger.warning("engine run %s: still running %g s after SIGTERM (sigterm "
                                "ignored); SIGKILL to every member", run.run_id, grace)
+                run.stacks = await self.dump_stacks("SIGTERM ignored")
         await self._reap_group(run)
         return run
 
@@ -322,11 +316,17 @@ class EngineLauncher:
         if crash is not None and run.crash_reason is None:
             run.crash_reason = crash
         elif self._state is not EngineState.CRASHED:
-            run.planned_stop = True
-            run.kill_reason = emergency
+            run.planned_stop, run.kill_reason = True, emergency
         self._set(EngineState.STOPPING, reason)
         await self._reap_group(run)
         return run
+
+    async def dump_stacks(self, reason: str) -> StackDump | None:
+        """The current run's stacks, read within ``lifecycle.stack_dump_seconds``."""
+        run, eng = self._run, self.policy
+        return None if run is None or run.pid is None else await dump_stacks(
+            self._rt.members(run), engine_kind=eng.engine.kind,
+            budget_seconds=eng.lifecycle.stack_dump_seconds, reason=reason)
 
     async def _reap_group(self, run: EngineRun) -> None:
         self._unwatch_children()
