@@ -129,3 +129,9 @@ class GatewaySpec(_Model):
     does within seconds). Whatever this says, such a gateway drains and exits once its
     control socket's path is gone or another file (the state directory was removed: no
     supervisor can reach it again); systemd's socket-activated gateway does neither."""
+    model_aliases: dict[Annotated[str, Field(min_length=1)],
+                        Annotated[str, Field(min_length=1)]] = {}
+    """Other names agents may ask for, each mapped to a name the engine serves (``{gpt-4o:
+    qwen3-coder}``): a generation request whose ``model`` is an alias is forwarded with
+    the served name, and ``/v1/models`` lists each alias beside its target. The answer's
+    ``model`` stays what the engine says (agent_supervisor/gateway/models.py)."""

@@ -17,6 +17,17 @@ Each model object carries ``"supervisor": {"mode", "rung", "held", "shed",
 "engine_ready": false}`` as the engine's answer does once it serves
 (agent_supervisor/gateway/visibility.py). With no name to be found in the arguments the
 request is held as before. Once the engine serves, its own answer is forwarded.
+
+**Aliases** (``gateway.model_aliases: {alias: served name}``): a generation request
+whose JSON ``model`` is an alias is forwarded with the served name (the body
+re-serialised; chat and text completions, Responses, Anthropic messages, embeddings
+alike), and ``/v1/models``, the engine's answer or the policy's, lists each alias whose
+target is served, as a copy of its target's object with the alias as ``id`` (as LiteLLM
+lists ``model_group_alias`` entries in ``/models``, BerriAI/litellm#5524). The answer's
+``model`` is left as the engine says: it names what served the request, which logs and
+cost tracking read; LiteLLM's proxy did the same until v1.81.7 and has overwritten it
+with the requested name since (BerriAI/litellm#19943, disputed in #22709), and leaving
+it costs nothing on a stream.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from agent_supervisor.policy import build_argv
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
 
-__all__ = ["MODELS_PATH", "policy_models", "served_names"]
+__all__ = ["MODELS_PATH", "aliased", "policy_models", "served_names", "with_aliases"]
 
 MODELS_PATH = "/v1/models"
 
@@ -92,5 +103,41 @@ def policy_models(gw: Gateway) -> Response | None:
         {"id": name, "object": "model", "created": created,
          "owned_by": _OWNED_BY.get(policy.engine.kind, "vllm"), "supervisor": mark}
         for name in dict.fromkeys(names)]
+    _add_aliases(gw, data)
     return Response(json.dumps({"object": "list", "data": data}),
                     media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+def aliased(gw: Gateway, body: dict[str, Any], raw: bytes) -> bytes:
+    """``raw`` with an aliased ``model`` replaced by its served name (``body`` too), or
+    ``raw`` itself when its model is no alias."""
+    aliases = gw.spec.model_aliases
+    model = body.get("model")
+    if not aliases or not isinstance(model, str) or model not in aliases:
+        return raw
+    body["model"] = aliases[model]
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _add_aliases(gw: Gateway, data: list[Any]) -> None:
+    """Each alias whose target is in ``data`` appended as a copy named for it."""
+    by_id = {m.get("id"): m for m in data if isinstance(m, dict)}
+    for alias, target in gw.spec.model_aliases.items():
+        if target in by_id and alias not in by_id:
+            data.append({**by_id[target], "id": alias})
+
+
+def with_aliases(gw: Gateway, content: bytes) -> bytes:
+    """The engine's ``/v1/models`` answer with the aliases added; ``content`` unchanged
+    without aliases or when it is not the OpenAI list shape."""
+    if not gw.spec.model_aliases:
+        return content
+    try:
+        body: Any = json.loads(content)
+    except ValueError:
+        return content
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return content
+    _add_aliases(gw, data)
+    return json.dumps(body).encode()

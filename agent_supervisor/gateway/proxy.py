@@ -49,7 +49,7 @@ from agent_supervisor.gateway.admission import Rejected, Slot
 from agent_supervisor.gateway.body import BadBody, parse_body
 from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
-from agent_supervisor.gateway.models import MODELS_PATH, policy_models
+from agent_supervisor.gateway.models import MODELS_PATH, aliased, policy_models, with_aliases
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from agent_supervisor.gateway.quality import AnswerWatch, agent_label
@@ -318,6 +318,7 @@ async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Respo
             gw.metrics.rejections.labels("bad_body").inc()
             return api_error(api, 400, str(exc), type_="invalid_request_error",
                              code="invalid_request_body", param=exc.param)
+        raw = aliased(gw, body, raw)           # gateway.model_aliases (issue 33)
     # From here on a client that leaves cancels this task (agent_supervisor/gateway/
     # connections.py): queued, it leaves the queue; upstream, the engine's connection
     # is closed and the engine aborts the request.
@@ -408,7 +409,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
             watch.whole(resp.status, content, switched=gw.switched(epoch))
         gw.metrics.requests.labels("ok" if resp.status < 500 else "upstream_error").inc()
         if path == "/v1/models" and resp.status == 200:
-            content = models_with_mode(gw, content)
+            content = with_aliases(gw, models_with_mode(gw, content))
         return WholeResponse(resp.status, [*response_headers(resp), *answer_headers(
             gw, held_seconds=held_s, resumed=attempt == 1)], content)
     raise AssertionError("unreachable: the loop returns")

@@ -71,6 +71,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, state["metrics"].encode())
         elif self.path == "/debug/last-auth":
             self._send(200, json.dumps({"authorization": state.get("last_auth")}).encode())
+        elif self.path == "/debug/models":        # the "model" of each JSON POST body
+            self._send(200, json.dumps({"models": state.get("models", [])}).encode())
         elif self.path == "/debug/seen":
             self._send(200, json.dumps({"seen": state["seen"],
                                         "aborted": state["aborted"]}).encode())
@@ -91,6 +93,8 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(400, b'{"error": {"message": "engine: not JSON"}}')
             return
+        if isinstance(body, dict):
+            state.setdefault("models", []).append([self.path, body.get("model")])
         if self.path == "/tokenize":
             # One token a word: "wN" is id N (as the completions stream numbers its
             # words), any other word 1000 + its place (a prompt's words).

@@ -1,5 +1,6 @@
 """Issue 33, the gateway's findings, over real HTTP against the stand-in engine (a real
-process): ``/v1/models`` answered from the policy while the engine starts."""
+process): ``/v1/models`` answered from the policy while the engine starts; model
+aliases."""
 
 from __future__ import annotations
 
@@ -52,6 +53,47 @@ async def test_issue_33_models_answer_at_once_while_the_engine_starts(tmp_path: 
             r = await c.get(rig.url + "/v1/models", timeout=5)
             assert r.status_code == 200 and time.monotonic() - t0 < 1.0
             assert r.json()["data"][0]["id"] == "fake-model"
+    finally:
+        await rig.gw.stop()
+        if rig.engine is not None and rig.engine.poll() is None:
+            stop_engine(rig.engine)
+
+
+async def test_issue_33_model_aliases_are_forwarded_as_the_served_name(
+        tmp_path: Path) -> None:
+    rig = Rig(tmp_path, modes=NAMED, gateway={"model_aliases": {"gpt-4o": "fake-model",
+                                                               "ghost": "not-served"}})
+    await rig.gw.start()
+    try:
+        async with httpx.AsyncClient(base_url=rig.url, timeout=5) as c:
+            # Starting: the policy's answer lists the alias too (not one whose target
+            # is not served).
+            ids = [m["id"] for m in (await c.get("/v1/models")).json()["data"]]
+            assert ids == ["fake-model", "gpt-4o"]
+            rig.engine = start_engine(rig.policy.engine.port)
+            rig.gw.release(0)
+            msg = [{"role": "user", "content": "hi"}]
+            answers = [
+                await c.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": msg}),
+                await c.post("/v1/completions", json={"model": "gpt-4o", "prompt": "hi"}),
+                await c.post("/v1/responses", json={"model": "gpt-4o", "input": "hi"}),
+                await c.post("/v1/messages", json={"model": "gpt-4o", "max_tokens": 4,
+                                                   "messages": msg}),
+                await c.post("/v1/chat/completions", json={"model": "other", "messages": msg}),
+            ]
+            assert [a.status_code for a in answers] == [200, 200, 404, 200, 200]
+            seen = httpx.get(f"http://127.0.0.1:{rig.policy.engine.port}/debug/models"
+                             ).json()["models"]
+            assert seen == [["/v1/chat/completions", "fake-model"],
+                            ["/v1/completions", "fake-model"],
+                            ["/v1/responses", "fake-model"],
+                            ["/v1/messages", "fake-model"],
+                            ["/v1/chat/completions", "other"]]
+            # The answer's model is the engine's own.
+            assert answers[0].json()["model"] == "fake-model"
+            models = (await c.get("/v1/models")).json()["data"]
+            assert [m["id"] for m in models] == ["fake-model", "gpt-4o"]
+            assert models[1]["supervisor"]["mode"] == "fast"
     finally:
         await rig.gw.stop()
         if rig.engine is not None and rig.engine.poll() is None:
