@@ -159,8 +159,9 @@ class Executor:
             else:
                 logger.info("no gateway attached: shedding has no lever to pull")
             return
+        at = _now()                # the verdict's time, not the end of the stack dump
         await self._read_stacks(decision)
-        self._record_incident(decision, from_rung)
+        self._record_incident(decision, from_rung, at)
         try:
             await self._clear(decision)
         except EngineStopTimeout as exc:
@@ -228,13 +229,13 @@ class Executor:
                                   findings=(f,))
 
     def _incident(self, decision: Decision, from_rung: int, worst: Finding | None,
-                  action: str) -> Incident:
+                  action: str, at: datetime | None = None) -> Incident:
         run = self.launcher.run
         findings = [f.to_dict() for f in decision.findings]
         return Incident(
             kind=worst.kind if worst else str(decision.action),
             severity=str(worst.severity) if worst else "info",
-            started_at=_now(), action=action,
+            started_at=at or _now(), action=action,
             explanation=_with_stacks(decision.explanation, findings, run, worst),
             mode=self.policy.modes[from_rung].name, rung=from_rung, run_id=decision.run_id
             or (worst.run_id if worst else None),
@@ -243,9 +244,10 @@ class Executor:
             outcome=_outcome(decision, self.policy),
         )
 
-    def _record_incident(self, decision: Decision, from_rung: int) -> None:
+    def _record_incident(self, decision: Decision, from_rung: int,
+                         at: datetime | None = None) -> None:
         worst = decision.findings[0] if decision.findings else None
-        incident = self._incident(decision, from_rung, worst, action=str(decision.action))
+        incident = self._incident(decision, from_rung, worst, str(decision.action), at)
         if worst is not None:
             self._noted.add((worst.run_id, worst.kind))
         transition = None

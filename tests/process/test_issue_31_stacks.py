@@ -15,6 +15,7 @@ import os
 import subprocess
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -208,3 +209,16 @@ async def test_native_engine_stacks_with_eu_stack_or_gdb(tmp_path: Path) -> None
     print(f"\n{dump.tool} read a native process in {dump.seconds:.2f} s")
     (proc,) = dump.processes
     assert proc.stack is not None and "sleep" in proc.stack, proc.error
+
+
+@needs_py_spy
+async def test_incident_time_is_the_verdict_not_the_end_of_the_dump(tmp_path: Path) -> None:
+    launcher = hung_engine(tmp_path, 5)
+    run = await started(launcher)
+    before = datetime.now(UTC)
+    incident, _ = await kill_as_hung(launcher, run)
+    dumped = incident.findings[0]["evidence"]["stacks"]["seconds"]
+    late = (incident.started_at - before).total_seconds()
+    print(f"\nincident at +{late:.3f} s, the dump took {dumped:.2f} s")
+    assert late < min(0.2, dumped)
+    await launcher.close()
