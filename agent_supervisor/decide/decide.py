@@ -9,7 +9,9 @@ Order of precedence (DESIGN.md, "Guards"):
    what is left, hold the ladder from then on, alert; a failed start whose class a
    corrected start can fix retries with the mode's next start-up fallback (bounded per
    start); a bad argument or a missing model goes to a rung without the flag, else gives
-   up;
+   up; a failure no rung fixes (model files, checkpoint, driver, fabric) is launched once
+   more and the same signature again gives up, a poisoned compile cache is relaunched once
+   with the caches moved aside (``decide/start_failure.py``; issue 29);
 1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down;
 2. critical (dead, hung, corrupted output): restart with backoff; the start limit steps
    down, and in a speculative mode (every crash it counts ran with speculation on: crash
@@ -53,9 +55,9 @@ from agent_supervisor.decide.ladder import (
     restart_delay,
     serving_since,
 )
-from agent_supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
 from agent_supervisor.decide.recommended import RECOMMENDED, recommend
 from agent_supervisor.decide.rungs import context_cap, first_capped_rung_below, skip_target
+from agent_supervisor.decide.start_failure import startup_decision as _startup
 from agent_supervisor.policy import Policy
 from agent_supervisor.states import CrashReason, EngineState
 from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
@@ -126,33 +128,6 @@ def _reboot(sit: Situation, findings: list[Finding]) -> Decision | None:
                     f"left of the engine, hold, alert (recommended action "
                     f"{gone.recommended_action})", tuple(findings),
                     run_id=gone.run_id or (sit.latest.engine_run_id if sit.latest else None))
-
-
-def _startup(sit: Situation, findings: list[Finding]) -> Decision | None:
-    """A failed start: a corrective retry, or no retry at all."""
-    f = next((f for f in findings
-              if f.response in (Response.RETRY_FALLBACK, Response.NO_RETRY)), None)
-    if f is None:
-        return None
-    ladder, policy, found = sit.ladder, sit.policy, (f, *(x for x in findings if x is not f))
-    mode = _name(sit, ladder.rung)
-    if f.response is Response.RETRY_FALLBACK:
-        picked = fallback_overrides(sit, str(f.evidence.get("class")))
-        if picked is None:
-            return None       # fallbacks used up: an ordinary failed start (crash path)
-        index, overrides, how = picked
-        return Decision(Action.RESTART, ladder.rung, f"{f.summary} -> retry {mode} with {how} "
-                        "(start-up fallback)", found, run_id=f.run_id,
-                        start_args=overrides, fallback=index)
-    flag = f.evidence.get("flag")
-    target = rung_without_flag(policy, ladder.rung, flag) if flag else None
-    if target is not None:
-        return Decision(Action.STEP_DOWN, target, f"{f.summary} -> step down to "
-                        f"{_name(sit, target)}, which does not set {flag}", found,
-                        run_id=f.run_id)
-    named = f" ({flag})" if flag and flag not in f.summary else ""
-    return Decision(Action.GIVE_UP, ladder.rung, f"{f.summary}{named}: no rung can start "
-                    "without it -> give up", found, run_id=f.run_id)
 
 
 def _emergency(sit: Situation, findings: list[Finding]) -> Decision | None:

@@ -80,6 +80,12 @@ class Decision:
     probation_from_s: float | None = None
     """The engine of a rung reached by stepping up began serving at this time (monotonic
     s): its probation runs from here (``ladder.begin_probation``; issue 29)."""
+    start_signature: str | None = None
+    """For a RESTART after a failed start judged by class: its signature (the class), kept
+    by the ladder so that the same failure twice is never launched a third time (issue 29)."""
+    move_caches: bool = False
+    """For a RESTART after a poisoned compile/JIT cache: move the engine's compile caches
+    aside before the next start (renamed, not deleted)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
@@ -90,4 +96,5 @@ class Decision:
             "marks_failing": self.marks_failing, "operator": self.operator,
             "start_args": [list(a) for a in self.start_args], "fallback": self.fallback,
             "box_fault": self.box_fault, "probation_from_s": self.probation_from_s,
+            "start_signature": self.start_signature, "move_caches": self.move_caches,
         }

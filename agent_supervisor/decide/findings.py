@@ -64,6 +64,14 @@ class Response(StrEnum):
     NO_RETRY = "no_retry"
     """A start failed for a reason no retry fixes (bad argument, missing model): go to a
     rung without the offending flag, else give up."""
+    RETRY_ONCE_THEN_HOLD = "retry_once_then_hold"
+    """A start failed in a way no rung fixes (corrupt model files, a checkpoint this engine
+    cannot load, a driver mismatch, a fabric set up wrong): the same configuration once
+    more (a download that finished, a passing read error); the same signature again is
+    never launched a third time: give up with the lines and what to fix (issue 29)."""
+    MOVE_CACHE = "move_cache"
+    """A start failed on a poisoned compile/JIT cache: relaunch once with the cache moved
+    aside (never a step down); the same signature again gives up (issue 29)."""
     HOLD_START = "hold_start"
     """Do not start the engine now (memory not back yet, processes of the old group alive)."""
     REBOOT_REQUIRED = "reboot_required"

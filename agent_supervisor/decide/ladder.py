@@ -95,6 +95,16 @@ class LadderState:
     it serves (``serving_since``), not at the step up, or a cold start of minutes (5-17 on
     a Spark) would eat it (issue 29). The rung counts as on probation meanwhile."""
 
+    start_failures: tuple[tuple[str, float], ...] = ()
+    """(signature, time) of the current rung's failed starts judged by class: the same
+    signature twice is not launched a third time (issue 29); cleared when the rung changes
+    or the operator resumes."""
+
+    def failed_before(self, signature: str, now_s: float, interval_s: float) -> bool:
+        """Whether a start of this rung already failed with ``signature`` within
+        ``interval_s`` (the start limit's interval)."""
+        return any(s == signature and now_s - t <= interval_s for s, t in self.start_failures)
+
     def in_probation(self, now_s: float) -> bool:
         """Stepped up and not serving yet, or serving for less than the probation."""
         return self.probation_pending_since_s is not None or (
@@ -198,6 +208,14 @@ def begin_probation(ladder: LadderState, serving_s: float | None,
                                probation_until_s=serving_s + policy.hysteresis.probation_seconds)
 
 
+def _failed_start(ladder: LadderState, decision: Decision, now_s: float) -> LadderState:
+    """``ladder`` with the decision's failed-start signature noted (issue 29)."""
+    if decision.start_signature is None:
+        return ladder
+    return dataclasses.replace(ladder, start_failures=(*ladder.start_failures,
+                                                       (decision.start_signature, now_s)))
+
+
 def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: float) -> LadderState:
     """The ladder after ``decision`` is carried out at ``now_s``.
 
@@ -209,7 +227,8 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
     gateway lever; GIVE_UP marks the ladder exhausted. A decision that saw the stepped-up
     rung's engine serve (``probation_from_s``) starts its probation."""
     rep = dataclasses.replace
-    ladder = begin_probation(ladder, decision.probation_from_s, policy)
+    ladder = _failed_start(begin_probation(ladder, decision.probation_from_s, policy),
+                           decision, now_s)
     trouble = any(f.severity.rank >= Severity.WARNING.rank and not f.standing
                   for f in decision.findings)
     waiting = any(f.response in ("skip_speculation_when_calm", "restart_when_calm")
@@ -283,7 +302,8 @@ def _moved(ladder: LadderState, decision: Decision, policy: Policy, now_s: float
         shed_kind=None, deferred_since_s=None,
         last_sheds_s=() if moved else ladder.last_sheds_s,
         start_args=() if moved else ladder.start_args,
-        fallbacks_tried=() if moved else ladder.fallbacks_tried)
+        fallbacks_tried=() if moved else ladder.fallbacks_tried,
+        start_failures=() if moved else ladder.start_failures)
 
 
 def pin(ladder: LadderState, rung: int) -> LadderState:
@@ -315,7 +335,7 @@ def resume(ladder: LadderState) -> LadderState:
     """Operator: undo ``pause``; a gave-up ladder is also given another try, and a
     reboot-required hold is lifted (the operator says the box is fine)."""
     return dataclasses.replace(ladder, paused=False, gave_up=False, crash_times_s=(),
-                               reboot_required=None)
+                               reboot_required=None, start_failures=())
 
 
 def with_start_budgets(ladder: LadderState,

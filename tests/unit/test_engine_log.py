@@ -16,6 +16,11 @@ from agent_supervisor.sense.engine_log import SIGNATURES, Signature, classify_en
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine_log"
 
 REQUIRED_TAGS = {
+    "model_files_corrupt",
+    "checkpoint_incompatible",
+    "driver_mismatch",
+    "compile_cache_corrupt",
+    "nccl_fabric",
     "cuda_illegal_memory_access",
     "device_side_assert",
     "engine_dead",
@@ -167,3 +172,13 @@ def test_issue_12_the_real_cpu_engines_start_failures() -> None:
     assert classify_engine_line(bad) == ("bad_argument:--bogus-flag",)
     assert classify_engine_line(hf) == ("model_not_found",)
     assert classify_engine_line(oserror) == ("model_not_found",)
+
+
+ISSUE_29_TAGS = ["model_files_corrupt", "model_files_corrupt", "checkpoint_incompatible",
+                 "driver_mismatch", "compile_cache_corrupt", "nccl_fabric"]
+
+
+@pytest.mark.parametrize(("line", "tag"), list(zip(lines("start-failures-issue-29.txt"),
+                                                   ISSUE_29_TAGS, strict=True)))
+def test_issue_29_start_failures_no_rung_fixes_get_their_class(line: str, tag: str) -> None:
+    assert classify_engine_line(line) == (tag,)

@@ -13,7 +13,15 @@ log lines it wrote (``agent_supervisor.sense.engine_log``), each class with its 
 - too little free memory at start ("Free memory on device ... on startup is less than
   desired GPU memory utilization", vllm #48140, #33297) and other start-up OOMs: fit the
   memory settings to what was free (``RETRY_FALLBACK``);
-- NCCL / distributed init: its own kind, an ordinary restart.
+- NCCL / distributed init: its own kind, an ordinary restart;
+- no rung fixes it (issue 29 item A): model files cut short or corrupt, a checkpoint this
+  engine version cannot load, a driver/library mismatch, a two-node fabric set up wrong
+  (``RETRY_ONCE_THEN_HOLD``: once more as it was, then never a third time) and a poisoned
+  compile/JIT cache (``MOVE_CACHE``: relaunched once with the cache moved aside).
+
+A start that fails is judged on the whole failure: the launcher declares it only once the
+API server exited too, or a short bound passed (``act/launcher.py``), so the root cause a
+dying EngineCore or Worker printed is in the run's log when this guard reads it.
 
 A start still going is stuck only after no progress (new log lines other than vLLM's
 "Waiting for core engine" loop, CPU time of its processes, RSS growing) for its budget:
@@ -27,6 +35,7 @@ second try).
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 from agent_supervisor.decide.context import Situation
@@ -35,7 +44,7 @@ from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.progress import made_progress
 from agent_supervisor.telemetry.sample import Sample
 
-__all__ = ["GUARD", "check", "last_progress_s", "start_budget_seconds"]
+__all__ = ["GUARD", "check", "failing_lines", "last_progress_s", "start_budget_seconds"]
 
 GUARD = "startup"
 
@@ -53,6 +62,19 @@ def _lines(samples: list[Sample], limit: int = EVIDENCE_LINES) -> list[str]:
     return lines[-limit:]
 
 
+#: An exception's own line ("SafetensorError: ...", "RuntimeError: ...") or NCCL's
+#: warning: the lines an operator must read, not the traceback's frames.
+_FAILING_LINE = re.compile(r"\w(?:Error|Exception)\b: |NCCL WARN |version mismatch")
+
+
+def failing_lines(samples: list[Sample], limit: int = EVIDENCE_LINES) -> list[str]:
+    """The failure's own lines, oldest first (the root cause comes before the API
+    server's 'Engine core initialization failed'), each once, at most ``limit``."""
+    lines = [ln for x in samples if x.engine_log_tags for ln in x.engine_log_lines
+             if _FAILING_LINE.search(ln)]
+    return list(dict.fromkeys(ln.strip() for ln in lines))[:limit]
+
+
 def _graph_oom(tags: list[str]) -> bool:
     """An OOM while CUDA graphs were being captured (after the start, before the end)."""
     if "cuda_graph_capture_oom" in tags:
@@ -66,6 +88,29 @@ def _graph_oom(tags: list[str]) -> bool:
         elif tag == "out_of_memory" and capturing:
             return True
     return False
+
+
+#: (log tag, finding kind, response, summary, what to fix) of the start failures no rung
+#: fixes (issue 29 item A), checked before the memory classes: a corrupt file or a driver
+#: mismatch can drag an OOM-looking line behind it, never the other way round.
+_HOLD_KINDS: tuple[tuple[str, str, Response, str, str], ...] = (
+    ("driver_mismatch", "engine_driver_mismatch", Response.RETRY_ONCE_THEN_HOLD,
+     "the GPU driver and the libraries the engine loads do not match",
+     "the driver: reboot after a driver update, or use an image built for this driver"),
+    ("model_files_corrupt", "engine_model_files_corrupt", Response.RETRY_ONCE_THEN_HOLD,
+     "the model's files are incomplete or corrupt",
+     "the model files: download the model again (a shard is cut short or missing)"),
+    ("checkpoint_incompatible", "engine_checkpoint_incompatible",
+     Response.RETRY_ONCE_THEN_HOLD, "this engine version cannot load the checkpoint",
+     "the model or the image: a checkpoint this engine version loads (shapes, keys or "
+     "quantization config differ)"),
+    ("compile_cache_corrupt", "engine_compile_cache_corrupt", Response.MOVE_CACHE,
+     "the engine's compile/JIT cache is poisoned",
+     "the image or the compile cache: moving the cache aside did not help"),
+    ("nccl_fabric", "engine_nccl_fabric", Response.RETRY_ONCE_THEN_HOLD,
+     "NCCL cannot reach the other node over the fabric",
+     "the fabric settings: NCCL_IB_GID_INDEX, NCCL_IB_HCA, NCCL_SOCKET_IFNAME"),
+)
 
 
 def _classify(tags: list[str]) -> tuple[str, Severity, Response, dict[str, Any], str] | None:
@@ -85,6 +130,11 @@ def _classify(tags: list[str]) -> tuple[str, Severity, Response, dict[str, Any],
     if "model_not_found" in tags:
         return ("engine_model_not_found", Severity.CRITICAL, Response.NO_RETRY, {"flag": None},
                 "the engine cannot find its model: no retry")
+    held = next((d for d in _HOLD_KINDS if d[0] in tags), None)
+    if held is not None:
+        tag, kind, response, summary, fix = held
+        return (kind, Severity.CRITICAL, response, {"signature": tag, "fix": fix},
+                summary)
     if _graph_oom(tags):
         return ("startup_cuda_graph_oom", Severity.CRITICAL, Response.RETRY_FALLBACK,
                 {"class": "cuda_graph_capture_oom"}, "out of memory while capturing CUDA graphs")
@@ -172,5 +222,6 @@ def check(sit: Situation) -> list[Finding]:
     kind, severity, response, extra, summary = found
     evidence = {"run_id": s.engine_run_id, "mode": sit.mode.name, **extra,
                 "tags": sorted(set(_tags(run))), "log_lines": _lines(run),
+                "failing_lines": failing_lines(run),
                 "mem_available_before_launch_bytes": s.mem_available_before_launch_bytes}
     return [Finding(GUARD, kind, severity, summary, evidence, s.engine_run_id, response)]
