@@ -159,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     check = pol_sub.add_parser("check", help="validate a policy file and print its ladder")
     check.add_argument("file", type=Path, help="the policy file to validate")
+    check.add_argument("--json", action="store_true", help="one JSON object: valid or the "
+                       "error, the fleet, the engine's argv, the ladder")
     schema.add_parser(pol_sub)
     provision.add_init_parser(pol_sub)
 
@@ -235,6 +237,8 @@ def _parser() -> argparse.ArgumentParser:
     hist.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
                       "(default: all)")
     hist.add_argument("--limit", type=int, default=200, help="at most this many transitions")
+    hist.add_argument("--json", action="store_true",
+                      help="one JSON object ({\"transitions\": [...]}, oldest first)")
 
     exp = sub.add_parser("export", help="export records as CSV or JSON")
     exp.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")

@@ -59,6 +59,14 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for each answer (default: 10)")
 
 
+def _lever(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A lever's options: ``--json`` and the common ones."""
+    p.add_argument("--json", action="store_true", help="one JSON object (the service's "
+                   "answer: action, mode, pinned, requested, paused) instead of a line")
+    _common(p)
+    return p
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the lever subcommands to the ``supervisor`` parser."""
     st = sub.add_parser("status", help="where the ladder stands, why, calm, probation, "
@@ -69,16 +77,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     pin = sub.add_parser("pin", help="pin the ladder to MODE (no automatic steps until unpin; "
                          "crash restarts and emergencies still act)")
     pin.add_argument("mode", help="a mode name of the running policy")
-    _common(pin)
-    _common(sub.add_parser("unpin", help="let the ladder move by itself again"))
+    _lever(pin)
+    _lever(sub.add_parser("unpin", help="let the ladder move by itself again"))
     step = sub.add_parser("step", help="move one rung, once: down (safer) or up (faster)")
     step.add_argument("direction", choices=["up", "down"], help="up: a faster mode; down: "
                       "a safer one")
-    _common(step)
-    _common(sub.add_parser("pause", help="stop automatic graceful steps (crash restarts and "
-                           "emergencies still act)"))
-    _common(sub.add_parser("resume", help="undo pause"))
-    _common(sub.add_parser("restart", help="drain and restart the engine in the current mode"))
+    _lever(step)
+    _lever(sub.add_parser("pause", help="stop automatic graceful steps (crash restarts and "
+                          "emergencies still act)"))
+    _lever(sub.add_parser("resume", help="undo pause"))
+    _lever(sub.add_parser("restart", help="drain and restart the engine in the current mode"))
     logs = sub.add_parser("logs", help="the engine's log (the running run's file)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing what the "
                       "engine writes, across restarts, until Ctrl-C (default: print and exit)")
@@ -179,6 +187,9 @@ def _act(client: httpx.Client, t: Target, args: argparse.Namespace) -> int:
     action = f"step-{args.direction}" if args.command == "step" else args.command
     body = {"mode": args.mode} if args.command == "pin" else None
     out = _request(client, t, "POST", f"/api/actions/{action}", json=body)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
     flags = [f"pinned to {out['pinned']}" if out.get("pinned") else None,
              f"stepping to {out['requested']}" if out.get("requested") else None,
              "paused" if out.get("paused") else None]

@@ -50,7 +50,12 @@ def history(args: argparse.Namespace) -> int:
 
     with store_of(load_policy_file(args.policy)) as store:
         rows = timeline(store=store, since=since(args.since), limit=args.limit)
-        print(history_table(rows))
+        if args.json:
+            from agent_supervisor.show.export import transition_dict
+
+            print(json.dumps({"transitions": [transition_dict(r) for r in rows]}, indent=2))
+        else:
+            print(history_table(rows))
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -17,10 +18,13 @@ __all__ = ["bench", "calibrate", "demo_models", "engine_env", "policy_check", "r
 
 
 def policy_check(args: argparse.Namespace) -> int:
-    """``supervisor policy check FILE``: validate and print the ladder."""
+    """``supervisor policy check FILE``: validate and print the ladder (``--json``: one
+    JSON object, ``valid`` false and the error for a bad file, still exit 2)."""
     from agent_supervisor.show.tables import ladder_table
 
     path: Path = args.file
+    if getattr(args, "json", False):
+        return _policy_check_json(path)
     policy = load_policy_file(path)
     print(f"{path}: valid policy for fleet {policy.fleet!r}, {len(policy.modes)} modes "
           "(fastest first; * = initial)")
@@ -36,6 +40,29 @@ def policy_check(args: argparse.Namespace) -> int:
     exe = Path(policy.engine_executable)
     if box is None and "/" in policy.engine_executable and not exe.exists():
         print(f"warning: engine.executable {exe} does not exist on this machine")
+    return EXIT_OK
+
+
+def _policy_check_json(path: Path) -> int:
+    from agent_supervisor.errors import PolicyError
+    from agent_supervisor.show.tables import ladder_dicts
+
+    try:
+        policy = load_policy_file(path)
+    except PolicyError as exc:
+        print(json.dumps({"file": str(path), "valid": False, "error": str(exc)}, indent=2))
+        return EXIT_USAGE
+    box = policy.engine.container
+    exe = Path(policy.engine_executable)
+    warnings = [f"engine.executable {exe} does not exist on this machine"] \
+        if box is None and "/" in policy.engine_executable and not exe.exists() else []
+    print(json.dumps({
+        "file": str(path), "valid": True, "fleet": policy.fleet,
+        "initial_rung": policy.initial_rung, "runtime": policy.engine.runtime,
+        "engine_argv": mask_argv(build_argv(policy, policy.modes[policy.initial_rung])),
+        "working_directory": str(policy.working_directory),
+        "container_image": None if box is None else box.image,
+        "ladder": ladder_dicts(policy), "warnings": warnings}, indent=2))
     return EXIT_OK
 
 

@@ -43,6 +43,16 @@ def ladder_table(policy: Policy) -> str:
     return table(["rung", "mode", "restart", "engine arguments"], rows)
 
 
+def ladder_dicts(policy: Policy) -> list[dict[str, Any]]:
+    """The ladder as ``ladder_table`` shows it, one object per rung (``--json``)."""
+    return [{"rung": i, "mode": mode.name, "initial": i == policy.initial_rung,
+             "speculative": mode.speculative, "description": mode.description,
+             "restart_to_reach": None if i == 0
+             else needs_restart(policy.modes[i - 1], mode),
+             "engine_arguments": mask_argv(render_args(mode.args))}
+            for i, mode in enumerate(policy.modes)]
+
+
 def incidents_table(rows: Sequence[IncidentRow]) -> str:
     """One line per incident, newest first, explanation cut to the terminal's width."""
     width = shutil.get_terminal_size((160, 20)).columns
