@@ -135,3 +135,9 @@ class GatewaySpec(_Model):
     qwen3-coder}``): a generation request whose ``model`` is an alias is forwarded with
     the served name, and ``/v1/models`` lists each alias beside its target. The answer's
     ``model`` stays what the engine says (agent_supervisor/gateway/models.py)."""
+    cors_allow_origins: list[Annotated[str, Field(pattern=r"^(\*|https?://[^/\s]+)$")]] = []
+    """Browser origins allowed to call the gateway (``https://app.example.com``, scheme,
+    host and port as the browser's ``Origin`` header says; ``*``: any). A preflight
+    (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) from one is
+    answered 204 by the gateway, without a key; answers to it carry
+    ``Access-Control-Allow-Origin``. Other origins get no CORS headers. []: no CORS."""

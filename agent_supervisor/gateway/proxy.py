@@ -40,7 +40,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -50,6 +49,7 @@ from agent_supervisor.gateway.body import BadBody, parse_body
 from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
 from agent_supervisor.gateway.models import MODELS_PATH, aliased, policy_models, with_aliases
+from agent_supervisor.gateway.own_api import gateway_api
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from agent_supervisor.gateway.quality import AnswerWatch, agent_label
@@ -97,7 +97,7 @@ class GatewayApp:
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
-        self.api = _gateway_api(gw)
+        self.api = gateway_api(gw)
         self.readiness = Readiness(gw)
         self.closing = False
         """Draining (``Gateway.drain``): every response says ``Connection: close``."""
@@ -109,6 +109,12 @@ class GatewayApp:
             await self.api(scope, receive, send)
             return
         gw = self.gw
+        if gw.cors.origins and (allow := gw.cors.allowed(scope)) is not None:
+            preflight = gw.cors.preflight(scope, allow)  # agent_supervisor/gateway/cors.py
+            if preflight is not None:
+                await preflight(scope, receive, send)
+                return
+            send = gw.cors.wrap(send, allow)
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
         if raw_path in PROBE_PATHS:          # the gateway's own, whatever extra_paths say
             answer = await self.readiness.respond(raw_path, scope["method"])
@@ -174,39 +180,6 @@ def _refuse_path(gw: Gateway, raw_path: bytes) -> Response:
                          type_="invalid_request_error", code="path_not_normal")
     return api_error(api, 404, "the supervisor's gateway does not forward this path",
                      type_="invalid_request_error", code="path_not_forwarded")
-
-
-def _gateway_api(gw: Gateway) -> FastAPI:
-    app = FastAPI(title="supervisor gateway", docs_url=None, redoc_url=None,
-                  openapi_url=None)
-
-    @app.get("/gateway/health")
-    async def health() -> dict[str, Any]:
-        """The gateway is up (whatever the engine's state)."""
-        return {"status": "ok", "engine_ready": gw.ready}
-
-    @app.get("/gateway/shapes")
-    async def shapes() -> dict[str, Any]:
-        """The recent requests' shapes (numbers only), if the policy opted in."""
-        kept = gw.quality.shapes
-        return {"enabled": bool(kept.maxlen), "shapes": list(kept)}
-
-    @app.get("/gateway/status")
-    async def status() -> dict[str, Any]:
-        """Mode, limits in force and load."""
-        a = gw.admission
-        return {"mode": gw.mode_name, "held": a.held, "shed": a.shed,
-                "engine_ready": gw.ready, "max_concurrency": a.max_concurrency,
-                "max_queue": a.max_queue,
-                "max_prompt_tokens": a.limits.max_prompt_tokens,
-                "requests_in_flight": a.in_flight, "requests_queued": a.queued,
-                "bytes_queued": a.queued_bytes,
-                "resumptions": list(gw.resumptions.recent)[-20:],
-                "parser_errors_by_agent": dict(gw.quality.by_agent),
-                "degenerate_answers": gw.quality.degenerate_streams_total,
-                "repeated_prefix_tokens": gw.quality.repeated_prefix_tokens_total}
-
-    return app
 
 
 def _agent_key(request: Request) -> str:

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from agent_supervisor.gateway.admission import Admission
 from agent_supervisor.gateway.connections import gateway_protocol
+from agent_supervisor.gateway.cors import Cors
 from agent_supervisor.gateway.metrics import GatewayMetrics, ResumptionLog
 from agent_supervisor.gateway.paths import Routes
 from agent_supervisor.gateway.proxy import GatewayApp
@@ -71,6 +72,8 @@ class Gateway:
         self.metrics = GatewayMetrics(registry)
         self.resumptions = ResumptionLog(self.metrics)
         self.routes = self._routes(self.spec.extra_paths)
+        self.cors = Cors(self.spec.cors_allow_origins)
+        """The browser origins allowed (agent_supervisor/gateway/cors.py)."""
         self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
         self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
         env = self.spec.upstream_api_key_env
@@ -160,6 +163,7 @@ class Gateway:
         self.admission.max_held = self.spec.max_held_requests
         self.admission.max_queued_bytes = self.spec.max_queued_bytes
         self.routes = self._routes(self.spec.extra_paths)
+        self.cors = Cors(self.spec.cors_allow_origins)
         self.mode_name = policy.modes[rung].name
         self.rung = rung
         self.admission.set_limits(policy.modes[rung].gateway)

@@ -1,16 +1,17 @@
 """Issue 33, the gateway's findings, over real HTTP against the stand-in engine (a real
 process): ``/v1/models`` answered from the policy while the engine starts; model
-aliases."""
+aliases; CORS."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
 import httpx
 
 from agent_supervisor.gateway.models import served_names
-from tests.process.test_gateway import Rig, start_engine, stop_engine
+from tests.process.test_gateway import Rig, engine_saw, start_engine, stop_engine
 
 NAMED = [{"name": "fast", "args": {"--served-model-name": "fake-model"}}]
 
@@ -98,3 +99,42 @@ async def test_issue_33_model_aliases_are_forwarded_as_the_served_name(
         await rig.gw.stop()
         if rig.engine is not None and rig.engine.poll() is None:
             stop_engine(rig.engine)
+
+
+async def test_issue_33_cors_preflight_without_a_key_and_allowed_origins_only(
+        tmp_path: Path) -> None:
+    key = hashlib.sha256(b"agent-a").hexdigest()
+    gateway = {"auth": "keys", "api_keys": [{"name": "a", "sha256": key}],
+               "cors_allow_origins": ["https://app.example.com"]}
+    async with Rig(tmp_path, gateway=gateway) as rig, \
+            httpx.AsyncClient(base_url=rig.url, timeout=5) as c:
+        asks = {"Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"}
+        r = await c.options("/v1/chat/completions",
+                            headers={"Origin": "https://app.example.com", **asks})
+        assert r.status_code == 204
+        assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+        assert "POST" in r.headers["access-control-allow-methods"]
+        assert r.headers["access-control-allow-headers"] == "authorization, content-type"
+        assert r.headers["vary"] == "Origin"
+        # Not listed: no CORS header at all (and the key check as before).
+        r = await c.options("/v1/chat/completions",
+                            headers={"Origin": "https://evil.example", **asks})
+        assert r.status_code == 401
+        assert not [h for h in r.headers if h.startswith("access-control-")]
+        # The actual request from the allowed origin: its answer says so, and exposes
+        # the supervisor's headers; an error from the gateway too.
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+        r = await c.post("/v1/chat/completions", json=body, headers={
+            "Origin": "https://app.example.com", "Authorization": "Bearer agent-a"})
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+        assert "x-supervisor-mode" in r.headers["access-control-expose-headers"]
+        r = await c.post("/v1/chat/completions", json=body,
+                         headers={"Origin": "https://app.example.com"})
+        assert r.status_code == 401
+        assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+        r = await c.post("/v1/chat/completions", json=body, headers={
+            "Origin": "https://evil.example", "Authorization": "Bearer agent-a"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+        assert not [p for m, p in engine_saw(rig) if m == "OPTIONS"]
