@@ -39,6 +39,9 @@
     supervisor agent --policy FILE --node N   a worker node's agent (engine across boxes)
     supervisor completion bash|zsh|fish       a shell completion script (from this parser)
 
+The record views (incidents, incident, history, export, runs) read ``--policy``, else
+``$SUPERVISOR_POLICY``.
+
 Exit status: 0 success; 1 the service gave up or a setup step failed (levers: the
 service refused it); 2 bad usage or a bad policy file (the message names the file, the
 field and the reason); 3 (``status``) the box needs a reboot; 4 not authorised
@@ -112,6 +115,18 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+#: The policy of the database commands when ``--policy`` is not given (issue 33).
+POLICY_ENV = "SUPERVISOR_POLICY"
+
+
+def _db_policy(p: argparse.ArgumentParser) -> None:
+    """``--policy`` of a command that reads the store: ``$SUPERVISOR_POLICY`` when unset."""
+    env = os.environ.get(POLICY_ENV) or None
+    p.add_argument("--policy", required=env is None, type=Path,
+                   default=None if env is None else Path(env),
+                   help=f"the fleet's policy file (default: ${POLICY_ENV})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -212,7 +227,7 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("--steps", type=int, default=300, help="training steps per model")
 
     inc = sub.add_parser("incidents", help="list recorded incidents, newest first")
-    inc.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    _db_policy(inc)
     inc.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
                      "(default: all)")
     inc.add_argument("--kind", help="only this kind, e.g. engine_exited (default: all)")
@@ -229,11 +244,11 @@ def _parser() -> argparse.ArgumentParser:
 
     one = sub.add_parser("incident", help="one incident in full: evidence, log tail, mode")
     one.add_argument("id", type=int, help="the incident's number (from `incidents`)")
-    one.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    _db_policy(one)
     one.add_argument("--json", action="store_true", help="JSON instead of text")
 
     hist = sub.add_parser("history", help="the mode timeline: every transition and why")
-    hist.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    _db_policy(hist)
     hist.add_argument("--since", help="ISO time (UTC) or an age like 30m, 12h, 7d "
                       "(default: all)")
     hist.add_argument("--limit", type=int, default=200, help="at most this many transitions")
@@ -241,7 +256,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="one JSON object ({\"transitions\": [...]}, oldest first)")
 
     exp = sub.add_parser("export", help="export records as CSV or JSON")
-    exp.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    _db_policy(exp)
     exp.add_argument("--what", required=True,
                      choices=["incidents", "transitions", "runs", "services", "telemetry"],
                      help="which records")
@@ -252,7 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--limit", type=int, default=10000, help="at most this many rows")
 
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
-    runs.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
+    _db_policy(runs)
     runs.add_argument("--limit", type=int, default=50, help="at most this many runs")
     runs.add_argument("--json", action="store_true", help="JSON instead of a table")
     levers.add_parsers(sub)

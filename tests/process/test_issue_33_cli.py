@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,6 +77,7 @@ def test_issue_33_zsh_and_fish_completion_name_every_subcommand() -> None:
 
 def with_transitions(tmp_path: Path) -> Path:
     """A policy file whose database holds two mode transitions."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = cli_policy(tmp_path)
     policy = load_policy_file(path)
     store = Store.open(policy.database_url, fleet=policy.fleet,
@@ -138,3 +140,22 @@ def test_issue_33_every_lever_prints_one_json_object(tmp_path: Path, argv: list[
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc.items() >= expected.items(), doc
+
+
+def test_issue_33_database_commands_read_supervisor_policy(tmp_path: Path) -> None:
+    path = with_transitions(tmp_path)
+    env = {**os.environ, "SUPERVISOR_POLICY": str(path)}
+    out = sup("history", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["transitions"]) == 2
+    for argv in (["incidents", "--json"], ["runs", "--json"],
+                 ["export", "--what", "transitions", "--format", "json"]):
+        out = sup(*argv, env=env)
+        assert out.returncode == 0, (argv, out.stderr)
+        json.loads(out.stdout)
+    other = with_transitions(tmp_path / "other")                  # --policy still wins
+    assert sup("history", "--policy", str(other), "--json", env=env).returncode == 0
+    bare = {k: v for k, v in os.environ.items() if k != "SUPERVISOR_POLICY"}
+    out = sup("history", env=bare)
+    assert out.returncode == 2 and "--policy" in out.stderr
+    assert "$SUPERVISOR_POLICY" in sup("history", "--help", env=bare).stdout
