@@ -54,6 +54,18 @@ class ApiKey(_Model):
     key itself is never stored."""
 
 
+class GatewayTls(_Model):
+    """The gateway's TLS certificate (agents then use ``https://HOST:PORT/v1``)."""
+
+    certificate_file: Annotated[str, Field(min_length=1)]
+    """PEM certificate chain, leaf first (relative paths: to the policy file's
+    directory). Read again at a policy reload (``supervisor policy reload``) and by a
+    gateway process's successor after SIGHUP: new connections get the new certificate."""
+    key_file: Annotated[str, Field(min_length=1)]
+    """PEM private key of that certificate, unencrypted, readable by the service user
+    only (relative paths: to the policy file's directory)."""
+
+
 class GatewaySpec(_Model):
     """The gateway agents talk to instead of the engine (an OpenAI-compatible proxy)."""
 
@@ -141,3 +153,7 @@ class GatewaySpec(_Model):
     (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) from one is
     answered 204 by the gateway, without a key; answers to it carry
     ``Access-Control-Allow-Origin``. Other origins get no CORS headers. []: no CORS."""
+    tls: GatewayTls | None = None
+    """Serve HTTPS with this certificate and key instead of plain HTTP. None: plain HTTP
+    (keep ``host`` on loopback then, or put a TLS proxy in front). Turning it on or off
+    needs a gateway restart; a reload re-reads the files."""

@@ -230,6 +230,9 @@ class GatewayProcess:
             return str(exc)
         if not 0 <= rung < len(policy.modes):
             return f"rung {rung} is not in the reloaded policy's ladder"
+        refused = self.gw.reload_tls(policy)       # a bad certificate: the old one stays
+        if refused is not None:
+            return refused
         self.policy = policy
         self.gw.apply_policy(policy, rung)
         return None

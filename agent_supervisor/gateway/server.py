@@ -25,6 +25,7 @@ from agent_supervisor.gateway.paths import Routes
 from agent_supervisor.gateway.proxy import GatewayApp
 from agent_supervisor.gateway.quality import Quality
 from agent_supervisor.gateway.streaming import NO_SWITCH_GRACE_SECONDS
+from agent_supervisor.gateway.tls import reload_tls, tls_options
 from agent_supervisor.gateway.upstream import Upstream
 from agent_supervisor.policy import Policy
 from agent_supervisor.sense.gateway_load import GatewayLoad
@@ -167,7 +168,17 @@ class Gateway:
         self.mode_name = policy.modes[rung].name
         self.rung = rung
         self.admission.set_limits(policy.modes[rung].gateway)
+        refused = self.reload_tls(policy)
+        if refused is not None:
+            logger.error("gateway: the certificate in use stays: %s", refused)
         self._changed()
+
+    def reload_tls(self, policy: Policy) -> str | None:
+        """Read ``policy``'s certificate files again into the listener (new connections
+        get them: agent_supervisor/gateway/tls.py); why refused, or None."""
+        if self._server is None:
+            return None
+        return reload_tls(self._server.server.config.ssl, policy)
 
     def set_shed(self, shed: bool) -> None:
         """Lower (True) or restore the current mode's limits."""
@@ -254,10 +265,10 @@ class Gateway:
                                  # No X-Forwarded-* rewriting of the client's address
                                  # (uvicorn's ProxyHeadersMiddleware): nothing here
                                  # reads it, and it is a layer on every request.
-                                 proxy_headers=False)
+                                 proxy_headers=False, **tls_options(self.policy))
         await self._server.start(sockets)
-        logger.info("gateway: OpenAI API for agents at http://%s:%d/v1", self.spec.host,
-                    self.spec.port)
+        logger.info("gateway: OpenAI API for agents at %s://%s:%d/v1",
+                    "https" if self.spec.tls else "http", self.spec.host, self.spec.port)
 
     async def drain(self) -> None:
         """Before a hand-over or a stop: accept no more connections, answer what still

@@ -39,6 +39,8 @@ def fixed_sections(old: Policy, new: Policy) -> list[str]:
         a, b = getattr(old, name), getattr(new, name)
         if (a.enabled, a.host, a.port) != (b.enabled, b.host, b.port):
             fixed.append(f"{name}.enabled/host/port")
+    if (old.gateway.tls is None) != (new.gateway.tls is None):
+        fixed.append("gateway.tls on/off")        # its files are re-read at a reload
     if old.storage != new.storage or old.state_directory != new.state_directory:
         fixed.append("storage")
     if old.fleet != new.fleet:

@@ -1,10 +1,13 @@
 """Issue 33, the gateway's findings, over real HTTP against the stand-in engine (a real
 process): ``/v1/models`` answered from the policy while the engine starts; model
-aliases; CORS."""
+aliases; CORS; TLS with a certificate reloaded from its files."""
 
 from __future__ import annotations
 
 import hashlib
+import shutil
+import ssl
+import subprocess
 import time
 from pathlib import Path
 
@@ -138,3 +141,68 @@ async def test_issue_33_cors_preflight_without_a_key_and_allowed_origins_only(
             "Origin": "https://evil.example", "Authorization": "Bearer agent-a"})
         assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
         assert not [p for m, p in engine_saw(rig) if m == "OPTIONS"]
+
+
+def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 made by the openssl command line."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", f"/CN={name}", "-addext",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+async def _served_by(url: str, trusted: Path) -> int | str:
+    """The status of GET /livez over a new connection trusting only ``trusted``, or the
+    TLS error's name."""
+    context = ssl.create_default_context(cafile=str(trusted))
+    async with httpx.AsyncClient(verify=context, timeout=5) as c:
+        try:
+            return (await c.get(url + "/livez")).status_code
+        except httpx.ConnectError as exc:
+            return "refused: " + type(exc.__cause__ or exc).__name__
+
+
+async def test_issue_33_tls_serves_and_a_reload_reads_the_new_certificate(
+        tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    old_cert, old_key = _certificate(made, "first")
+    new_cert, new_key = _certificate(made, "second")
+    cert, key = tmp_path / "gateway.crt", tmp_path / "gateway.key"
+    shutil.copy(old_cert, cert)
+    shutil.copy(old_key, key)
+    tls = {"certificate_file": "gateway.crt", "key_file": "gateway.key"}  # policy-relative
+    async with Rig(tmp_path, gateway={"tls": tls}) as rig:
+        url = rig.url.replace("http://", "https://")
+        assert await _served_by(url, old_cert) == 200
+        context = ssl.create_default_context(cafile=str(old_cert))
+        async with httpx.AsyncClient(verify=context, timeout=5) as c:
+            r = await c.post(url + "/v1/completions", json={"model": "fake-model",
+                                                            "prompt": "hi"})
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == "!"
+        # The files swapped (a renewal), then the policy reloaded: new connections get
+        # the new certificate.
+        shutil.copy(new_cert, cert)
+        shutil.copy(new_key, key)
+        assert await _served_by(url, old_cert) == 200        # not re-read on its own
+        rig.gw.apply_policy(rig.policy, 0)
+        assert await _served_by(url, new_cert) == 200
+        assert str(await _served_by(url, old_cert)).startswith("refused")
+        # A bad pair is refused with the reason; the certificate in use stays.
+        key.write_text("not a key")
+        assert "gateway.tls" in (rig.gw.reload_tls(rig.policy) or "")
+        assert await _served_by(url, new_cert) == 200
+
+
+def test_issue_33_a_reload_cannot_turn_tls_on_or_off(tmp_path: Path) -> None:
+    from agent_supervisor.policy_gateway import GatewayTls
+    from agent_supervisor.runtime.reload import fixed_sections
+    plain = Rig(tmp_path).policy
+    tls = GatewayTls(certificate_file="c.pem", key_file="k.pem")
+    secure = plain.model_copy(update={"gateway": plain.gateway.model_copy(
+        update={"tls": tls})})
+    assert fixed_sections(plain, secure) == ["gateway.tls on/off"]
+    assert fixed_sections(secure, secure) == []
