@@ -15,7 +15,26 @@ from typing import Any
 
 import psutil
 
-__all__ = ["ChildWatch"]
+from agent_supervisor.sense.names import PROCESS_TITLES
+from agent_supervisor.sense.process_tree import read_process_tree
+
+__all__ = ["START_FAILURE_LOG_SECONDS", "ChildWatch", "fatal_death"]
+
+#: How long a child's death while starting waits for the API server's exit before the
+#: start is declared failed: vLLM's API server logs the failure 0.5-1 s after its EngineCore
+#: or Worker died (shared/CPU_ENGINE.md), and a start is judged on its whole log (issue 29);
+#: one that keeps "Waiting for core engine" for a dead core is declared after this bound.
+START_FAILURE_LOG_SECONDS = 3.0
+
+
+def fatal_death(root_pid: int | None, title: str) -> bool:
+    """Whether a child's death (``title``: its process title) ends the engine under API
+    server ``root_pid``: the server lives on and the child was a ``VLLM::Worker`` (as fatal
+    as a dead EngineCore: vLLM's executor shuts the engine down, "Worker proc ... died
+    unexpectedly", only ~1 s later) or no EngineCore is left."""
+    tree = read_process_tree(root_pid) if root_pid else None
+    worker = title.startswith(PROCESS_TITLES["worker"])
+    return tree is not None and tree.api_server_alive and (worker or not tree.engine_core_alive)
 
 
 class ChildWatch:

@@ -5,16 +5,21 @@ records. ``decide()`` never logs; this module logs one INFO line per action it t
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
+from agent_supervisor.act.compile_cache import compile_cache_dirs, move_aside
+from agent_supervisor.act.engine_env import engine_environment
 from agent_supervisor.act.engine_run import EngineRun
 from agent_supervisor.act.incident import Incident, Transition
 from agent_supervisor.act.stack_dump import StackDump
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Finding, Severity
-from agent_supervisor.errors import EngineStopTimeout
+from agent_supervisor.errors import EngineStopTimeout, PolicyError
 from agent_supervisor.policy import Policy
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.states import CrashReason, EngineState
@@ -170,6 +175,8 @@ class Executor:
                 kind="engine_stop_timeout", severity="critical", started_at=_now(),
                 action="none", explanation=str(exc), run_id=decision.run_id,
                 findings=[{"survivors": exc.survivors}]))
+        if decision.move_caches:
+            self._move_caches(decision)
         if action is Action.GIVE_UP:
             self._give_up()
             return
@@ -207,6 +214,16 @@ class Executor:
         if self.gateway is not None:
             await self.gateway.hold(reason, drain=False)
         await self.launcher.kill(reason=reason, crash=crash, emergency=emergency)
+
+    def _move_caches(self, decision: Decision) -> None:
+        """A poisoned compile cache: rename the engine's caches before the relaunch."""
+        try:
+            env = engine_environment(self.policy, Path(tempfile.gettempdir()))
+        except PolicyError:                # an unreadable api_key_file: the paths still hold
+            env = dict(os.environ)
+        moved = move_aside(compile_cache_dirs(env, Path.home()), decision.run_id or "start")
+        logger.info("compile caches moved aside before the relaunch: %s",
+                    ", ".join(f"{a} -> {b}" for a, b in moved) or "none found")
 
     async def _start(self, rung: int, start_args: tuple[tuple[str, object], ...] = ()) -> None:
         run = await self.launcher.start(rung=rung, start_args=start_args)

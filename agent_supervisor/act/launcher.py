@@ -19,9 +19,8 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-import psutil
 
-from agent_supervisor.act.child_watch import ChildWatch
+from agent_supervisor.act.child_watch import START_FAILURE_LOG_SECONDS, ChildWatch, fatal_death
 from agent_supervisor.act.container import ContainerInfo
 from agent_supervisor.act.engine_env import find_run_tmp_dirs, remove_run_tmp_dirs
 from agent_supervisor.act.engine_run import EngineRun, new_run_id, utcnow
@@ -34,10 +33,8 @@ from agent_supervisor.errors import EngineStartError, EngineStopTimeout, PolicyE
 from agent_supervisor.policy import Policy, build_argv
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.privacy import mask_argv
-from agent_supervisor.sense.host import processes_rss_bytes
-from agent_supervisor.sense.names import PROCESS_TITLES
+from agent_supervisor.sense.host import mem_available, processes_rss_bytes
 from agent_supervisor.sense.probes import probe_health
-from agent_supervisor.sense.process_tree import read_process_tree
 from agent_supervisor.states import CrashReason, EngineState, EngineStatus
 
 __all__ = ["EngineLauncher"]
@@ -246,16 +243,25 @@ class EngineLauncher:
     def _child_exited(self, run: EngineRun, pid: int, title: str = "") -> None:
         if self._run is not run or self._state not in (EngineState.READY, EngineState.STARTING):
             return
-        # A dead VLLM::Worker is as fatal as a dead EngineCore (vLLM's executor shuts the
-        # engine down: "Worker proc ... died unexpectedly"), only seen ~1 s later.
-        worker = title.startswith(PROCESS_TITLES["worker"])
-        tree = read_process_tree(run.pid) if run.pid else None
-        if tree is not None and tree.api_server_alive and (worker or not tree.engine_core_alive):
+        if fatal_death(run.pid, title):
+            what = f"{title} pid {pid} died" if title else f"engine child pid {pid} died"
+            if self._state is EngineState.STARTING:
+                self._spawn_task(self._start_failed(run, what))
+                return
             run.crash_reason = CrashReason.ENGINE_CORE_DIED
             run.ended_at = utcnow()
-            what = f"{title} pid {pid} died" if title else f"engine child pid {pid} died"
-            when = " during start-up" if self._state is EngineState.STARTING else ""
-            self._set(EngineState.CRASHED, f"{what}{when}; the engine cannot go on")
+            self._set(EngineState.CRASHED, f"{what}; the engine cannot go on")
+
+    async def _start_failed(self, run: EngineRun, what: str) -> None:
+        """A child died while starting: wait up to ``START_FAILURE_LOG_SECONDS`` for the API
+        server's exit (its whole failure then logged), else crash on the death (issue 29)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._exited.wait(), START_FAILURE_LOG_SECONDS)
+        if self._run is run and self._state is EngineState.STARTING:
+            run.crash_reason = CrashReason.ENGINE_CORE_DIED
+            run.ended_at = utcnow()
+            self._set(EngineState.CRASHED, f"{what} during start-up; the API server still "
+                      f"ran {START_FAILURE_LOG_SECONDS:g} s later")
 
     def _unwatch_children(self) -> None:
         self._children.clear()
@@ -441,10 +447,3 @@ class EngineLauncher:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-
-def mem_available() -> int | None:
-    """MemAvailable now (psutil reads /proc/meminfo), or None when it cannot be read."""
-    try:
-        return int(psutil.virtual_memory().available)
-    except (OSError, RuntimeError):
-        return None

@@ -42,6 +42,16 @@ RECOMMENDED: dict[str, tuple[str, bool, str]] = {
     "engine_bad_argument": ("NONE", False, "fix the flag in the policy; no retry helps"),
     "engine_model_not_found": ("NONE", False, "fix the model path in the policy"),
     "engine_nccl_init_failed": ("RESTART_APP", False, "restarted; check the NCCL network"),
+    "engine_model_files_corrupt": ("NONE", False, "fetch the model files again; no rung "
+                                   "serves other files"),
+    "engine_checkpoint_incompatible": ("NONE", False, "use a checkpoint this engine version "
+                                       "loads, or an image that loads it"),
+    "engine_driver_mismatch": ("NONE", False, "reboot after the driver update, or use an "
+                               "image built for this driver"),
+    "engine_compile_cache_corrupt": ("RESTART_APP", False, "relaunched once with the compile "
+                                     "caches moved aside"),
+    "engine_nccl_fabric": ("NONE", False, "fix NCCL_IB_GID_INDEX, NCCL_IB_HCA or "
+                           "NCCL_SOCKET_IFNAME"),
     "startup_insufficient_memory": ("RESTART_APP", False, "retried with less memory"),
     "startup_cuda_graph_oom": ("RESTART_APP", False, "retried with smaller CUDA graphs"),
     "startup_out_of_memory": ("RESTART_APP", False, "retried with less memory"),

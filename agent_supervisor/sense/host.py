@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["HOST_FIELDS", "HostReader", "hottest_soc_c", "parse_meminfo", "parse_psi"]
+__all__ = ["HOST_FIELDS", "HostReader", "hottest_soc_c", "mem_available", "parse_meminfo",
+           "parse_psi", "processes_rss_bytes"]
 
 logger = logging.getLogger(__name__)
 
@@ -168,3 +169,11 @@ def processes_rss_bytes() -> int | None:
     except (OSError, psutil.Error):
         return None
     return total
+
+
+def mem_available() -> int | None:
+    """MemAvailable now (psutil reads /proc/meminfo), or None when it cannot be read."""
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
+        return None

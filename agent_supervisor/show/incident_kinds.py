@@ -27,6 +27,8 @@ _LISTED: dict[str, tuple[str, ...]] = {
                   "nv_err_no_memory"),
     "critical": ("corrupted_output", "engine_bad_argument", "engine_container_refused",
                  "engine_hung", "engine_model_not_found", "engine_nccl_init_failed",
+                 "engine_model_files_corrupt", "engine_checkpoint_incompatible",
+                 "engine_driver_mismatch", "engine_compile_cache_corrupt", "engine_nccl_fabric",
                  "gpu_wedged_reboot_required", "memory_pinned_reboot_required",
                  "node_rank_exited", "orphan_engine_core", "ranks_wedged", "start_timeout",
                  "startup_cuda_graph_oom", "startup_insufficient_memory",

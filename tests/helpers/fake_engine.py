@@ -16,6 +16,7 @@ freezer (tests/helpers/freezer.py), not here.
 
     python fake_engine.py [--ready-after S] [--exit-after S] [--exit-code N]
         [--ignore-sigterm] [--orphan] [--no-core] [--bad-flag] [--fail-start] [--metrics FILE]
+        [--core-fails-with LINE]
         [--hang-completions] [--balloon-mb N --balloon-hold S] [--headless]
         --host H --port P --shutdown-timeout N
 """
@@ -300,8 +301,11 @@ def _words(messages: list) -> list[str]:
     return out
 
 
-def spawn(title: str) -> subprocess.Popen:
-    return subprocess.Popen([title, "-c", CHILD_CODE], executable=sys.executable)
+def spawn(title: str, fails_with: str | None = None) -> subprocess.Popen:
+    code = CHILD_CODE if fails_with is None else (
+        "import sys, time\ntime.sleep(0.5)\nprint(sys.argv[1], flush=True)\nsys.exit(1)")
+    return subprocess.Popen([title, "-c", code, *([fails_with] if fails_with else [])],
+                            executable=sys.executable)
 
 
 def main() -> None:
@@ -316,6 +320,10 @@ def main() -> None:
     p.add_argument("--orphan", action="store_true",
                    help="start a second child that ignores SIGTERM and outlives us")
     p.add_argument("--no-core", action="store_true", help="no EngineCore child")
+    p.add_argument("--core-fails-with", default=None, metavar="LINE",
+                   help="the EngineCore prints LINE and exits 1 at 0.5 s; the API server "
+                        "logs vLLM's 'Engine core initialization failed' and exits 1 0.7 s "
+                        "later, as vLLM's does (issue 29)")
     p.add_argument("--bad-flag", action="store_true", help="fail like a bad argument")
     p.add_argument("--fail-start", action="store_true",
                    help="fail the start the way vLLM does when its core fails to initialise")
@@ -357,7 +365,7 @@ def main() -> None:
         print("RuntimeError: Engine core initialization failed. See root cause above. "
               "Failed core proc(s): {}", flush=True)
         sys.exit(1)
-    core = None if args.no_core else spawn("VLLM::EngineCore")
+    core = None if args.no_core else spawn("VLLM::EngineCore", args.core_fails_with)
     if args.orphan:
         spawn("VLLM::Worker")
     if args.balloon_mb:
@@ -392,7 +400,13 @@ def main() -> None:
         sys.exit(1)
     until = time.monotonic() + args.ready_after
     while time.monotonic() < until or (core is not None and core.poll() is not None):
-        # vLLM's wait loop (v1/engine/utils.py); a core that is gone keeps it waiting.
+        # vLLM's wait loop (v1/engine/utils.py); a core that is gone keeps it waiting,
+        # unless it failed to start (then the server exits 1 after it: issue 29).
+        if args.core_fails_with and core is not None and core.poll() is not None:
+            time.sleep(0.7)
+            print("RuntimeError: Engine core initialization failed. See root cause above. "
+                  "Failed core proc(s): {}", flush=True)
+            sys.exit(1)
         print("(APIServer) DEBUG [v1/engine/utils.py:1239] Waiting for 1 local, 0 remote "
               "core engine proc(s) to start.", flush=True)
         left = until - time.monotonic()

