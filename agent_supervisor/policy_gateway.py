@@ -52,6 +52,13 @@ class ApiKey(_Model):
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     """SHA-256 of the key as 64 lowercase hex digits (``printf %s KEY | sha256sum``); the
     key itself is never stored."""
+    max_concurrency: Count | None = None
+    """This key's generation requests in the gateway at once (queued or in flight) at
+    most; one more gets 429 with Retry-After at once, whatever the mode's limits leave.
+    None: only the mode's limits."""
+    requests_per_minute: Count | None = None
+    """This key's generation requests admitted in any 60 s at most; more get 429 with
+    Retry-After (the seconds until the oldest leaves the minute). None: no rate limit."""
 
 
 class GatewayTls(_Model):

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -43,18 +43,23 @@ class _Waiter:
 
 class Slot:
     """One slot ``Admission.acquire`` gave, given back once by ``aclose`` (a stream
-    closes it when it ends, whichever way it ends)."""
+    closes it when it ends, whichever way it ends). ``on_close``: called then too (the
+    agent key's own place, agent_supervisor/gateway/key_limits.py)."""
 
-    __slots__ = ("_admission", "_held", "_prompt_tokens")
+    __slots__ = ("_admission", "_held", "_on_close", "_prompt_tokens")
 
-    def __init__(self, admission: Admission, prompt_tokens: int) -> None:
+    def __init__(self, admission: Admission, prompt_tokens: int,
+                 on_close: Callable[[], None] | None = None) -> None:
         self._admission, self._prompt_tokens, self._held = admission, prompt_tokens, True
+        self._on_close = on_close
 
     async def aclose(self) -> None:
         """Give the slot back (again: nothing)."""
         if self._held:
             self._held = False
             self._admission.give_back(self._prompt_tokens)
+            if self._on_close is not None:
+                self._on_close()
 
 
 class Admission:

@@ -48,6 +48,7 @@ from agent_supervisor.gateway.admission import Rejected, Slot
 from agent_supervisor.gateway.body import BadBody, parse_body
 from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
+from agent_supervisor.gateway.key_limits import KEY_NAME, KeyRefused
 from agent_supervisor.gateway.models import MODELS_PATH, aliased, policy_models, with_aliases
 from agent_supervisor.gateway.own_api import gateway_api
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
@@ -195,6 +196,9 @@ def _check_auth(gw: Gateway, request: Request, api: Api) -> Response | None:
     token = _agent_key(request)
     digest = hashlib.sha256(token.encode()).hexdigest()
     if token and digest in gw.key_digests:
+        name = gw.key_names[digest]
+        request.scope[KEY_NAME] = name
+        gw.keys.seen(name)
         return None
     gw.metrics.rejections.labels("unauthorized").inc()
     return api_error(api, 401, "missing or unknown API key for this fleet",
@@ -305,16 +309,24 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
     tokens, refused = await _prompt_check(gw, body, api)
     if refused is not None:
         return refused
+    name = request.scope.get(KEY_NAME)
     try:
-        waited = await gw.admission.acquire(tokens, len(raw))
-    except Rejected as exc:
+        key_back = gw.keys.take(name) if name else None    # gateway/key_limits.py
+        try:
+            waited = await gw.admission.acquire(tokens, len(raw))
+        except BaseException:
+            if key_back is not None:
+                key_back()
+            raise
+    except (Rejected, KeyRefused) as exc:
         gw.metrics.rejections.labels(exc.reason).inc()
         gw.metrics.requests.labels("rejected").inc()
-        return api_error(api, exc.status, str(exc), type_="rate_limit_error" if
-                         exc.status == 429 else "server_error", code=exc.reason,
+        status = exc.status if isinstance(exc, Rejected) else 429
+        return api_error(api, status, str(exc), type_="rate_limit_error" if
+                         status == 429 else "server_error", code=exc.reason,
                          headers={"Retry-After": str(exc.retry_after_seconds),
                                   **mode_headers(gw)})
-    slot = Slot(gw.admission, tokens)
+    slot = Slot(gw.admission, tokens, key_back)
     gw.metrics.queue_wait.observe(waited)
     try:
         plan = plan_stream(path, body, raw) if gw.spec.resume else None

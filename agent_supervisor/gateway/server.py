@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from agent_supervisor.gateway.admission import Admission
 from agent_supervisor.gateway.connections import gateway_protocol
 from agent_supervisor.gateway.cors import Cors
+from agent_supervisor.gateway.key_limits import KeyLimits
 from agent_supervisor.gateway.metrics import GatewayMetrics, ResumptionLog
 from agent_supervisor.gateway.paths import Routes
 from agent_supervisor.gateway.proxy import GatewayApp
@@ -77,6 +78,9 @@ class Gateway:
         """The browser origins allowed (agent_supervisor/gateway/cors.py)."""
         self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
         self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
+        self.keys = KeyLimits(registry)
+        """Each key's own limits and counters (agent_supervisor/gateway/key_limits.py)."""
+        self.keys.apply(self.spec.api_keys)
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
         self.quality = Quality(registry, repeat_units=self.spec.degenerate_repeat_units,
@@ -153,6 +157,7 @@ class Gateway:
         self.spec = policy.gateway
         self.key_digests = frozenset(k.sha256 for k in self.spec.api_keys)
         self.key_names = {k.sha256: k.name for k in self.spec.api_keys}
+        self.keys.apply(self.spec.api_keys)
         env = self.spec.upstream_api_key_env
         self.upstream_key = os.environ.get(env) if env else None
         if self.upstream is not None:

@@ -1,9 +1,11 @@
 """Issue 33, the gateway's findings, over real HTTP against the stand-in engine (a real
 process): ``/v1/models`` answered from the policy while the engine starts; model
-aliases; CORS; TLS with a certificate reloaded from its files."""
+aliases; CORS; TLS with a certificate reloaded from its files; per-key limits and
+counters."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import shutil
 import ssl
@@ -12,8 +14,10 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client import generate_latest
 
 from agent_supervisor.gateway.models import served_names
+from tests.conftest import fake_engine_policy
 from tests.process.test_gateway import Rig, engine_saw, start_engine, stop_engine
 
 NAMED = [{"name": "fast", "args": {"--served-model-name": "fake-model"}}]
@@ -200,9 +204,53 @@ async def test_issue_33_tls_serves_and_a_reload_reads_the_new_certificate(
 def test_issue_33_a_reload_cannot_turn_tls_on_or_off(tmp_path: Path) -> None:
     from agent_supervisor.policy_gateway import GatewayTls
     from agent_supervisor.runtime.reload import fixed_sections
-    plain = Rig(tmp_path).policy
+    plain = fake_engine_policy(tmp_path)
     tls = GatewayTls(certificate_file="c.pem", key_file="k.pem")
     secure = plain.model_copy(update={"gateway": plain.gateway.model_copy(
         update={"tls": tls})})
     assert fixed_sections(plain, secure) == ["gateway.tls on/off"]
     assert fixed_sections(secure, secure) == []
+
+
+async def test_issue_33_per_key_limits_and_counters(tmp_path: Path) -> None:
+    def digest(key: bytes) -> str:
+        return hashlib.sha256(key).hexdigest()
+    keys = [{"name": "alpha", "sha256": digest(b"key-a"), "max_concurrency": 1},
+            {"name": "beta", "sha256": digest(b"key-b")},
+            {"name": "gamma", "sha256": digest(b"key-c"), "requests_per_minute": 2}]
+    modes = [{"name": "fast", "gateway": {"max_concurrency": 4}}]
+    async with Rig(tmp_path, engine_args=("--tokens", "10", "--token-delay", "0.05"),
+                   modes=modes, gateway={"auth": "keys", "api_keys": keys}) as rig, \
+            httpx.AsyncClient(base_url=rig.url, timeout=10) as c:
+        def chat_as(key: str):
+            return c.post("/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                          json={"model": "fake-model",
+                                "messages": [{"role": "user", "content": "hi"}]})
+        slow = asyncio.ensure_future(chat_as("key-a"))          # takes about 0.5 s
+        while rig.metric('supervisor_gateway_key_requests_in_flight{key="alpha"}') < 1:
+            await asyncio.sleep(0.02)
+        second = await chat_as("key-a")
+        assert second.status_code == 429 and second.headers["retry-after"] == "1"
+        assert second.json()["error"]["code"] == "key_concurrency"
+        anthropic_shape = await c.post("/v1/messages", headers={"x-api-key": "key-a"}, json={
+            "model": "fake-model", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert anthropic_shape.status_code == 429
+        assert anthropic_shape.json()["error"]["type"] == "rate_limit_error"
+        assert (await chat_as("key-b")).status_code == 200     # the other key is served
+        assert (await slow).status_code == 200
+        assert (await chat_as("key-a")).status_code == 200     # its place came back
+        # A rate: the third request within the minute waits for the oldest to leave it.
+        assert [(await chat_as("key-c")).status_code for _ in range(2)] == [200, 200]
+        third = await chat_as("key-c")
+        assert third.status_code == 429 and third.json()["error"]["code"] == "key_rate"
+        assert 1 <= int(third.headers["retry-after"]) <= 60
+        # Counters by the key's name (never the key), in-flight back to 0.
+        assert rig.metric('supervisor_gateway_key_requests_total{key="alpha"}') == 4
+        assert rig.metric('supervisor_gateway_key_requests_total{key="beta"}') == 1
+        assert rig.metric('supervisor_gateway_key_requests_total{key="gamma"}') == 3
+        assert rig.metric('supervisor_gateway_key_rejections_total'
+                          '{key="alpha",reason="key_concurrency"}') == 2
+        assert rig.metric('supervisor_gateway_key_requests_in_flight{key="alpha"}') == 0
+        text = generate_latest(rig.registry).decode()
+        assert "key-a" not in text and digest(b"key-a") not in text
