@@ -173,8 +173,19 @@ async def _one(argv: list[str], pid: int, deadline: float) -> ProcessStack:
     text = out.decode(errors="replace")
     if proc.returncode != 0 or not text.strip():
         why = (err.decode(errors="replace").strip() or text.strip())[-300:]
-        return ProcessStack(pid, title, error=f"exit status {proc.returncode}: {why}")
+        rc = proc.returncode or 0
+        how = f"exit status {rc}" if rc >= 0 else f"killed by {_signal_name(-rc)}"
+        return ProcessStack(pid, title, error=f"{how}: {why}" if why else how)
     return ProcessStack(pid, title, stack=text[:STACK_CHARS])
+
+
+def _signal_name(number: int) -> str:
+    """``SIGSYS`` for 31: a seccomp filter without ptrace (systemd's
+    ``SystemCallFilter=~@debug``) kills the dump tool with it."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _title(pid: int) -> str:
