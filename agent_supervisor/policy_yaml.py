@@ -6,10 +6,16 @@ with the line: a duplicate key (``gateway:`` twice silently won), nesting past
 ``MAX_YAML_NODES`` ("billion laughs" hung the validator). ``interpolate`` replaces
 ``${NAME}`` from the environment. ``shown`` decides which values an error may print:
 never one that may be a secret.
+
+``load_policy`` validates strictly, as the JSON Schema (policies/policy.schema.json) reads
+the file (issue 33): a quoted number or boolean (``port: "8080"``, ``enabled: "yes"``) is
+a string and refused, where pydantic's lax mode had converted it; an exponent without a
+dot (``1e9``) is a number, as in YAML 1.2.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from agent_supervisor.errors import HIDDEN, PolicyError
 
@@ -40,6 +47,14 @@ MAX_YAML_NODES = 20_000
 #: ``${NAME}`` in a string value is replaced by that environment variable (issue 17:
 #: secrets out of the file); ``$${`` stands for a literal ``${``.
 _ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+#: A float written with an exponent and no dot (``1e9``, ``5E-3``): a number in YAML 1.2,
+#: in the JSON Schema and in an editor, a string under PyYAML's YAML 1.1 rules (which want
+#: ``1.0e+9``). Resolved as a float so strict validation takes it (issue 33).
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+
+#: pydantic's error types for a value that is not a number, integer or boolean.
+_SCALAR_TYPE_ERRORS = ("int_type", "float_type", "bool_type")
 
 
 class _PolicyLoader(yaml.SafeLoader):
@@ -75,6 +90,10 @@ class _PolicyLoader(yaml.SafeLoader):
                         key_node.start_mark)
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+_PolicyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,
+                                    list("-+.0123456789"))
 
 
 def _expanded_size(node: Any, memo: dict[int, int]) -> int:
@@ -165,6 +184,26 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _reason(err: ErrorDetails) -> str:
+    """pydantic's message for one problem; for a string where a number or boolean belongs,
+    also why: a quoted ``"8080"`` or ``"yes"`` is a string (issue 33), and ``inf`` or
+    ``nan`` written bare is one too (YAML's are ``.inf`` and ``.nan``), never finite."""
+    reason = err["msg"].removeprefix("Value error, ")
+    text = err.get("input")
+    if err["type"] not in _SCALAR_TYPE_ERRORS or not isinstance(text, str):
+        return reason
+    try:
+        unquoted = parse_yaml(text, "<value>")
+    except PolicyError:
+        return reason
+    if isinstance(unquoted, bool | int | float) and math.isfinite(unquoted):
+        return f"{reason}; a quoted value is a string: write it without quotes"
+    if err["type"] == "float_type" and text.strip().lower().lstrip("+-") in ("inf", "nan",
+                                                                           "infinity"):
+        return "Input should be a finite number"
+    return reason
+
+
 def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None,
                 environ: dict[str, str] | None = None) -> Policy:
     """Parse and validate one policy document.
@@ -178,7 +217,8 @@ def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = 
     nesting past ``MAX_YAML_DEPTH``, aliases expanding past ``MAX_YAML_NODES``, an unset
     ``${NAME}``, and every validation problem (field as a dotted path, the reason, and
     the value only where it cannot be a secret). Non-finite numbers (``inf``, ``nan``)
-    are refused everywhere.
+    are refused everywhere. Validation is strict (issue 33): a quoted number or boolean
+    is refused as a string, and an integer field takes no float (``8080.0``).
     """
     from agent_supervisor.policy import Policy  # policy.py imports this module
 
@@ -187,13 +227,12 @@ def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = 
         raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
     data = interpolate(data, "", source, environ or {})
     try:
-        policy = Policy.model_validate(data)
+        policy = Policy.model_validate(data, strict=True)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             loc = _dotted(err["loc"])
-            reason = err["msg"].removeprefix("Value error, ")
-            problems.append((loc, shown(loc, err.get("input")), reason))
+            problems.append((loc, shown(loc, err.get("input")), _reason(err)))
         raise PolicyError(source, problems) from None
     except RecursionError:
         raise PolicyError(source, message="nested too deeply") from None
