@@ -14,7 +14,9 @@ Order of precedence (DESIGN.md, "Guards"):
    with the caches moved aside (``decide/start_failure.py``; issue 29);
 1. emergency (memory floor, NV_ERR_NO_MEMORY): kill now, start one rung down;
 2. critical (dead, hung, corrupted output): restart with backoff; the start limit steps
-   down, and in a speculative mode (every crash it counts ran with speculation on: crash
+   down (a start that failed twice with the same first error line is not launched a
+   third time as it was: one rung down, or give up on the last; issue 29), and in a
+   speculative mode (every crash it counts ran with speculation on: crash
    times are kept per rung) to the first rung without speculation; a crash or hang with a
    speculative-decoding signature goes there at once; a hang on a huge prompt goes to the
    first rung with a context cap below it; a crash during probation steps back down and
@@ -57,6 +59,7 @@ from agent_supervisor.decide.ladder import (
 )
 from agent_supervisor.decide.recommended import RECOMMENDED, recommend
 from agent_supervisor.decide.rungs import context_cap, first_capped_rung_below, skip_target
+from agent_supervisor.decide.start_failure import failure_signature, repeated_start
 from agent_supervisor.decide.start_failure import startup_decision as _startup
 from agent_supervisor.policy import Policy
 from agent_supervisor.states import CrashReason, EngineState
@@ -160,11 +163,7 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
     ladder, policy, now = sit.ladder, sit.policy, sit.now_s
     rst = policy.restart
     if crash.kind in (str(CrashReason.SPAWN_RESOURCES), str(CrashReason.RUNTIME_UNAVAILABLE)):
-        delay = max(rst.restart_delay_seconds, SPAWN_RESOURCES_RETRY_SECONDS)
-        return Decision(Action.RESTART, ladder.rung, f"{crash.summary}: the box, not mode "
-                        f"{_name(sit, ladder.rung)}; not counted as a crash -> retry in "
-                        f"{delay:g} s", (crash, *(f for f in findings if f is not crash)),
-                        delay_seconds=delay, run_id=crash.run_id, box_fault=True)
+        return _box_fault(sit, crash, findings)
     crashes = len(recent_crashes(ladder, policy, now)) + 1
     mode = _name(sit, ladder.rung)
     head = (f"{crash.summary}: crash {crashes} of mode {mode} within "
@@ -197,6 +196,8 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
         return Decision(Action.STEP_DOWN, target, f"{crash.summary} during the probation of "
                         f"{mode} -> back down to {_name(sit, target)}; {mode} barred for a while",
                         found, run_id=crash.run_id, marks_failing=ladder.rung)
+    if (again := repeated_start(sit, found, head)) is not None:
+        return again        # the same failed start twice: not a third time (issue 29)
     if crashes >= rst.start_limit_burst:
         skip = skip_target(sit, crash)
         if skip is not None:
@@ -210,7 +211,18 @@ def _crash(sit: Situation, findings: list[Finding]) -> Decision | None:
                         "give up", found, run_id=crash.run_id)
     delay = restart_delay(rst, crashes)
     return Decision(Action.RESTART, ladder.rung, f"{head} -> restart in {delay:g} s", found,
-                    delay_seconds=delay, run_id=crash.run_id)
+                    delay_seconds=delay, run_id=crash.run_id,
+                    start_signature=failure_signature(sit))
+
+
+def _box_fault(sit: Situation, crash: Finding, findings: list[Finding]) -> Decision:
+    """A spawn the box refused (descriptors, memory, processes; no container API): retry
+    after a short delay, not counted as a crash of the mode (issue 17)."""
+    delay = max(sit.policy.restart.restart_delay_seconds, SPAWN_RESOURCES_RETRY_SECONDS)
+    return Decision(Action.RESTART, sit.ladder.rung, f"{crash.summary}: the box, not mode "
+                    f"{_name(sit, sit.ladder.rung)}; not counted as a crash -> retry in "
+                    f"{delay:g} s", (crash, *(f for f in findings if f is not crash)),
+                    delay_seconds=delay, run_id=crash.run_id, box_fault=True)
 
 
 def _stopped(sit: Situation, findings: list[Finding]) -> Decision | None:

@@ -18,19 +18,30 @@ here that class becomes one action:
 
 from __future__ import annotations
 
+import re
+
 from agent_supervisor.decide.context import Situation
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Finding, Response
+from agent_supervisor.decide.guards.startup import failing_lines
 from agent_supervisor.decide.ladder import recent_crashes, restart_delay
 from agent_supervisor.decide.lifecycle import fallback_overrides, rung_without_flag
+from agent_supervisor.states import EngineState
 
-__all__ = ["JUDGED", "startup_decision"]
+__all__ = ["JUDGED", "failure_signature", "repeated_start", "startup_decision"]
 
 #: The responses a failed start's class asks for (the findings this step acts on).
 JUDGED = (Response.RETRY_FALLBACK, Response.NO_RETRY, Response.RETRY_ONCE_THEN_HOLD,
           Response.MOVE_CACHE)
 #: Failing lines quoted in a give-up's explanation (all of them are in the evidence).
 QUOTED_LINES = 2
+#: Lines every failed vLLM start ends with, whatever the cause: no signature of their own.
+_GENERIC = re.compile(r"Engine core initialization failed|WorkerProc initialization failed"
+                      r"|EngineDeadError|died unexpectedly")
+#: Numbers and addresses (pids, sizes, times) differ from start to start; masked.
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|\d+")
+#: A signature is at most this long.
+SIGNATURE_CHARS = 200
 
 
 def _name(sit: Situation, rung: int) -> str:
@@ -87,3 +98,33 @@ def _once_then_hold(sit: Situation, f: Finding, found: tuple[Finding, ...]) -> D
                     f"{delay:g} s (the same failure again: give up, no step down)", found,
                     run_id=f.run_id, delay_seconds=delay, start_signature=signature,
                     move_caches=move)
+
+
+def failure_signature(sit: Situation) -> str | None:
+    """The first error line of a failed start that never served (numbers masked), or None:
+    the same root cause on every start reads the same."""
+    s = sit.latest
+    if s is None or s.engine_state is not EngineState.CRASHED or s.engine_was_ready is not False:
+        return None
+    lines = [ln for ln in failing_lines(sit.run_samples(), tagged_only=False)
+             if not _GENERIC.search(ln)]
+    return _VARYING.sub("#", lines[0])[:SIGNATURE_CHARS] if lines else None
+
+
+def repeated_start(sit: Situation, found: tuple[Finding, ...], head: str) -> Decision | None:
+    """A start of no known class that failed again with the first error line of an earlier
+    one (within the start limit's interval) is not launched a third time as it was: one
+    rung down, or give up on the last rung; None otherwise (issue 29)."""
+    ladder, policy = sit.ladder, sit.policy
+    signature = failure_signature(sit)
+    interval = policy.restart.start_limit_interval_seconds
+    if signature is None or not ladder.failed_before(signature, sit.now_s, interval):
+        return None
+    why = f"{head}; the start failed twice the same way ('{signature}')"
+    run_id = found[0].run_id if found else None
+    if ladder.rung + 1 < len(policy.modes):
+        return Decision(Action.STEP_DOWN, ladder.rung + 1, f"{why}: not launched a third time "
+                        f"as it was -> step down to {_name(sit, ladder.rung + 1)}", found,
+                        run_id=run_id)
+    return Decision(Action.GIVE_UP, ladder.rung, f"{why}, on the last rung -> give up", found,
+                    run_id=run_id)

@@ -121,3 +121,38 @@ def test_issue_29_move_aside_renames_what_exists(tmp_path: Path) -> None:
     assert not cache.exists()
     assert (tmp_path / "torch_compile_cache.moved-r1-1/abc/artifact").read_bytes() == \
         b"\0poisoned"
+
+
+def test_issue_29_an_unknown_start_failure_twice_is_not_launched_a_third_time_as_it_was() -> None:
+    line = "ValueError: rope_scaling must be a dictionary with two fields, got 3 (pid 4242)"
+    decisions = play(line.replace("4242", "1"), 1) + play(line, 1)   # pids differ: masked
+    assert decisions[0].action is Action.RESTART
+    assert decisions[0].start_signature == "ValueError: rope_scaling must be a dictionary " \
+        "with two fields, got # (pid #)"
+    ladder, window = LadderState(0), Window(3600)
+    actions = []
+    for n, pid in enumerate((11, 12)):
+        t = 60.0 * (n + 1)
+        window.append(failed(t, f"r{n}", line.replace("4242", str(pid))))
+        d = decide(window, ladder, POLICY, t)
+        actions.append(d)
+        ladder = advance(ladder, d, POLICY, t)
+    assert [d.action for d in actions] == [Action.RESTART, Action.STEP_DOWN]
+    assert actions[1].rung == 1 and "failed twice the same way" in actions[1].explanation
+
+
+def test_issue_29_different_unknown_failures_keep_the_ordinary_restarts() -> None:
+    ladder, window = LadderState(0), Window(3600)
+    for n in range(2):
+        t = 60.0 * (n + 1)
+        window.append(failed(t, f"r{n}", f"KeyError: 'layer_{'ab'[n]}'"))
+        d = decide(window, ladder, POLICY, t)
+        ladder = advance(ladder, d, POLICY, t)
+        assert d.action is Action.RESTART, d.explanation
+
+
+def test_issue_29_the_generic_server_line_is_no_signature() -> None:
+    ladder = LadderState(0, start_failures=())
+    window = Window.of([failed(60.0, "r0", SERVER_LINE)])
+    d = decide(window, ladder, POLICY, 60.0)
+    assert d.action is Action.RESTART and d.start_signature is None

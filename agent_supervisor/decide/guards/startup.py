@@ -67,11 +67,13 @@ def _lines(samples: list[Sample], limit: int = EVIDENCE_LINES) -> list[str]:
 _FAILING_LINE = re.compile(r"\w(?:Error|Exception)\b: |NCCL WARN |version mismatch")
 
 
-def failing_lines(samples: list[Sample], limit: int = EVIDENCE_LINES) -> list[str]:
+def failing_lines(samples: list[Sample], limit: int = EVIDENCE_LINES, *,
+                  tagged_only: bool = True) -> list[str]:
     """The failure's own lines, oldest first (the root cause comes before the API
-    server's 'Engine core initialization failed'), each once, at most ``limit``."""
-    lines = [ln for x in samples if x.engine_log_tags for ln in x.engine_log_lines
-             if _FAILING_LINE.search(ln)]
+    server's 'Engine core initialization failed'), each once, at most ``limit``;
+    ``tagged_only``: from the samples whose lines carried a known tag."""
+    lines = [ln for x in samples if x.engine_log_tags or not tagged_only
+             for ln in x.engine_log_lines if _FAILING_LINE.search(ln)]
     return list(dict.fromkeys(ln.strip() for ln in lines))[:limit]
 
 
