@@ -91,6 +91,8 @@ class FuzzGateway:
         self.next: tuple[list[bytes], bool] = ([], False)
         self.tasks: list[asyncio.Future[None]] = []
         self._epoch = 0
+        self.mode_name = "fast"   # what the visibility headers and SSE comments name
+        self.rung = 0
 
     @property
     def epoch(self) -> int:
