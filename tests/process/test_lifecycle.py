@@ -120,7 +120,8 @@ async def test_issue_12_engine_core_dying_during_start_is_declared_within_the_bo
     core = titled_child(run.pid, "VLLM::EngineCore")
     t0 = time.monotonic()
     os.kill(core, signal.SIGKILL)
-    await wait_for(lambda: launcher.state is EngineState.CRASHED, timeout=5, what="crash")
+    await wait_for(lambda: launcher.state is EngineState.CRASHED,
+                   timeout=START_FAILURE_LOG_SECONDS + 5, what="crash")
     seen = time.monotonic() - t0
     assert START_FAILURE_LOG_SECONDS <= seen < START_FAILURE_LOG_SECONDS + 0.5, seen
     assert run.crash_reason is CrashReason.ENGINE_CORE_DIED and run.ready_s is None
