@@ -11,6 +11,10 @@ VENV := .venv
 ENGINE_VENV := .engine-venv
 MODELS := .demo-models
 LLAMACPP := .llamacpp
+# A real coding agent's SDK, in an environment of its own like any agent tool on the box
+# (tests/agents/: the OpenAI Agents SDK through the gateway across a crash, issue 33).
+AGENT_VENV := .agent-venv
+AGENT_SDK := openai-agents==0.24.0
 SUP := $(VENV)/bin/supervisor
 # The engine `make demo` runs: vllm (policies/cpu-demo.yaml) or llama_cpp
 # (policies/cpu-demo-llamacpp.yaml).
@@ -21,7 +25,8 @@ DEMO_POLICY_llama_cpp := policies/cpu-demo-llamacpp.yaml
 # The browser tests (tests/browser/) drive Debian's Chromium; CI runs `make test` as root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-long fuzz lint setup setup-steps clean chromium promtool podman lock
+.PHONY: demo test test-long fuzz lint setup setup-steps clean chromium promtool podman lock \
+	agent-venv
 
 # llama-server's build (CPU-bound: about 6 min on 2 cores) needs only .venv, so `setup`
 # runs it beside the engine environment (downloads and unpacking) with -j2; --output-sync
@@ -92,6 +97,14 @@ DEMO_RUN_container := container-demo
 demo: setup $(if $(filter container,$(ENGINE_RUNTIME)),podman)
 	$(SUP) $(DEMO_RUN_$(ENGINE_RUNTIME)) --policy $(DEMO_POLICY_$(ENGINE))
 
+agent-venv: $(AGENT_VENV)/.installed
+
+$(AGENT_VENV)/.installed:
+	rm -rf $(AGENT_VENV)
+	$(PYTHON) -m venv $(AGENT_VENV)
+	$(AGENT_VENV)/bin/pip --disable-pip-version-check -q install '$(AGENT_SDK)'
+	touch $@
+
 chromium:
 	@command -v chromium >/dev/null || \
 		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
@@ -131,7 +144,7 @@ podman:
 PARALLEL_PROCESS := $(addprefix tests/process/test_,spool_kill.py gateway_process.py cli.py \
 	production.py gateway_orphan.py service.py issue_19_install.py)
 PARALLEL_TESTS := tests/unit tests/property tests/api tests/browser $(PARALLEL_PROCESS)
-test: setup chromium promtool podman
+test: setup chromium promtool podman agent-venv
 	status=0; \
 	$(VENV)/bin/pytest -n 2 -m "not long" $(PARALLEL_TESTS) || status=$$?; \
 	$(VENV)/bin/pytest -m "not long" $(PARALLEL_TESTS:%=--ignore=%) || status=$$?; \
@@ -153,4 +166,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) .supervisor
+	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) $(AGENT_VENV) .supervisor
