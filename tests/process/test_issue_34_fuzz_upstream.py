@@ -68,8 +68,13 @@ class Engine:
         self.close = True
         self.delay = 0.0
         """Seconds between two pieces (a trickle)."""
+        self.writers: set[asyncio.StreamWriter] = set()
+        """Connections open now: closed at the fixture's end (``server.close()`` leaves
+        them, and a handler still waiting when the loop closes leaks its socket into the
+        next test as a ResourceWarning)."""
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
         with contextlib.suppress(Exception):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -83,7 +88,10 @@ class Engine:
                         await asyncio.sleep(self.delay)
                 if self.close:
                     break
+        self.writers.discard(writer)
         writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
 
 
 @pytest.fixture
@@ -95,6 +103,10 @@ async def engine() -> AsyncIterator[tuple[Engine, int]]:
         yield eng, port
     finally:
         server.close()
+        for writer in list(eng.writers):
+            writer.close()
+        await asyncio.wait_for(server.wait_closed(), 10)
+        await asyncio.sleep(0.1)           # the handlers see their connections end
 
 
 async def _exchange(up: Upstream) -> None:
