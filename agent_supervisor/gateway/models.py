@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
+from agent_supervisor.gateway.visibility import supervisor_mark
 from agent_supervisor.policy import build_argv
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
 
-__all__ = ["MODELS_PATH", "aliased", "policy_models", "served_names", "with_aliases"]
+__all__ = ["MODELS_PATH", "aliased", "engine_models", "policy_models", "served_names"]
 
 MODELS_PATH = "/v1/models"
 
@@ -95,9 +96,7 @@ def policy_models(gw: Gateway) -> Response | None:
     names = served_names(policy.engine.kind, build_argv(policy, policy.modes[gw.rung])[1:])
     if not names:
         return None
-    a = gw.admission
-    mark = {"mode": gw.mode_name, "rung": gw.rung, "held": a.held, "shed": a.shed,
-            "engine_ready": False}
+    mark = {**supervisor_mark(gw), "engine_ready": False}
     created = int(time.time())
     data: list[dict[str, Any]] = [
         {"id": name, "object": "model", "created": created,
@@ -127,11 +126,10 @@ def _add_aliases(gw: Gateway, data: list[Any]) -> None:
             data.append({**by_id[target], "id": alias})
 
 
-def with_aliases(gw: Gateway, content: bytes) -> bytes:
-    """The engine's ``/v1/models`` answer with the aliases added; ``content`` unchanged
-    without aliases or when it is not the OpenAI list shape."""
-    if not gw.spec.model_aliases:
-        return content
+def engine_models(gw: Gateway, content: bytes) -> bytes:
+    """The engine's ``/v1/models`` answer with ``"supervisor"`` (``supervisor_mark``) on
+    each model object and the aliases added, read and written once; ``content`` unchanged
+    when it is not the OpenAI list shape."""
     try:
         body: Any = json.loads(content)
     except ValueError:
@@ -139,5 +137,9 @@ def with_aliases(gw: Gateway, content: bytes) -> bytes:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         return content
+    mark = supervisor_mark(gw)
+    for model in data:
+        if isinstance(model, dict):
+            model["supervisor"] = mark
     _add_aliases(gw, data)
     return json.dumps(body).encode()

@@ -49,7 +49,7 @@ from agent_supervisor.gateway.body import BadBody, parse_body
 from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
 from agent_supervisor.gateway.key_limits import KEY_NAME, KeyRefused
-from agent_supervisor.gateway.models import MODELS_PATH, aliased, policy_models, with_aliases
+from agent_supervisor.gateway.models import MODELS_PATH, aliased, engine_models, policy_models
 from agent_supervisor.gateway.own_api import gateway_api
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
@@ -66,7 +66,7 @@ from agent_supervisor.gateway.streaming import (
     stream_response,
 )
 from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
-from agent_supervisor.gateway.visibility import answer_headers, mode_headers, models_with_mode
+from agent_supervisor.gateway.visibility import answer_headers, mode_headers
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
@@ -394,7 +394,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
             watch.whole(resp.status, content, switched=gw.switched(epoch))
         gw.metrics.requests.labels("ok" if resp.status < 500 else "upstream_error").inc()
         if path == "/v1/models" and resp.status == 200:
-            content = with_aliases(gw, models_with_mode(gw, content))
+            content = engine_models(gw, content)
         return WholeResponse(resp.status, [*response_headers(resp), *answer_headers(
             gw, held_seconds=held_s, resumed=attempt == 1)], content)
     raise AssertionError("unreachable: the loop returns")

@@ -34,14 +34,13 @@ rung R, held S s`` before the continuation's first event.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
 
 __all__ = ["HELD_SECONDS", "MODE", "RESUMED", "RUNG", "answer_headers", "held_comment",
-           "mode_headers", "models_with_mode", "resumed_comment"]
+           "mode_headers", "resumed_comment", "supervisor_mark"]
 
 MODE = "x-supervisor-mode"
 RUNG = "x-supervisor-rung"
@@ -75,19 +74,8 @@ def resumed_comment(gw: Gateway, held_seconds: float) -> bytes:
             f"held {held_seconds:.1f} s\n\n").encode()
 
 
-def models_with_mode(gw: Gateway, content: bytes) -> bytes:
-    """The engine's ``/v1/models`` answer with ``"supervisor"`` on each model object;
-    ``content`` unchanged when it is not the OpenAI list shape."""
-    try:
-        body: Any = json.loads(content)
-    except ValueError:
-        return content
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, list):
-        return content
+def supervisor_mark(gw: Gateway) -> dict[str, Any]:
+    """The ``"supervisor"`` field of each ``/v1/models`` entry: ``{"mode": str, "rung":
+    int, "held": bool, "shed": bool}`` as the gateway sees them now."""
     a = gw.admission
-    mark = {"mode": gw.mode_name, "rung": gw.rung, "held": a.held, "shed": a.shed}
-    for model in data:
-        if isinstance(model, dict):
-            model["supervisor"] = mark
-    return json.dumps(body).encode()
+    return {"mode": gw.mode_name, "rung": gw.rung, "held": a.held, "shed": a.shed}
