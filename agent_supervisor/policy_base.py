@@ -58,5 +58,7 @@ Ratio = Annotated[float, Field(gt=0, le=1)]
 #: The ``model_config`` of every policy section (each module's ``_Model`` base uses it).
 #: ``use_attribute_docstrings``: each field's docstring is its description in the JSON
 #: Schema, so an editor shows it on hover (issue 33: 211 properties had none).
+#: ``protected_namespaces=()``: a policy key may start with ``model_`` (``gateway.model_aliases``);
+#: pydantic before 2.10 warns of such a field otherwise.
 POLICY_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
-                           use_attribute_docstrings=True)
+                           use_attribute_docstrings=True, protected_namespaces=())
