@@ -97,12 +97,20 @@ def hang(rig: Rig) -> Result:
     inc, _ = _finish(rig, res, t0, ("engine_hung",))
     # The guard's own window: stall_seconds plus its allowance for the prompt tokens in
     # flight (issue 13: one prefill step grows with the prompt), as its evidence says.
-    window = next((f["evidence"].get("stall_seconds") for f in inc.findings
-                   if f.get("kind") == "engine_hung"), None) or stall
+    evidence = next((f["evidence"] for f in inc.findings if f.get("kind") == "engine_hung"), {})
+    window = evidence.get("stall_seconds") or stall
     res.extra["stall_window_seconds"] = window
-    res.extra["target_seconds"] = window + tick
+    # Two figures, each bounded by one tick: the verdict came on the first tick after the
+    # window (flat_seconds, the guard's own measure of the stall), and the stall the
+    # supervisor saw began within a tick of the SIGSTOP (the API server still serves the
+    # last counters the EngineCore published, so one more increment can be read after it).
+    res.extra["verdict_flat_seconds"] = evidence.get("flat_seconds")
+    if res.detected_seconds is not None and evidence.get("flat_seconds") is not None:
+        res.extra["stall_seen_after_seconds"] = round(
+            res.detected_seconds - evidence["flat_seconds"], 2)
+    res.extra["target_seconds"] = window + 2 * tick
     res.ok = rig.group_gone(pid) and res.detected_seconds is not None \
-        and res.detected_seconds <= window + tick + 1.0
+        and res.detected_seconds <= window + 2 * tick + 1.0
     return res
 
 
