@@ -1,10 +1,23 @@
-"""The folder graph (issue 18): telemetry -> sense -> decide -> act -> record -> show, the
-gateway beside them, the base modules under all, the service and its commands on top.
+"""The folder graph (issue 18) and the file graph (issue 30).
 
-A lower floor never imports a higher one; ``decide/`` imports only telemetry, the
-policy modules, states and itself (it stays pure). Every ``import`` in every module is
-read with ``ast`` (inside functions and ``TYPE_CHECKING`` blocks too), so a new arrow
-the wrong way fails here.
+Folders: telemetry -> sense -> decide -> act -> record -> show, the gateway beside them,
+the base modules under all, the service and its commands on top. A lower floor never
+imports a higher one; ``decide/`` imports only telemetry, the policy modules, states and
+itself (it stays pure).
+
+Files: no import cycle between modules anywhere in the package (inside every folder, among
+the base modules, across folders). A cycle is a strongly connected set of files in the
+graph of every import; a ``TYPE_CHECKING`` or in-function import counts like any other (a
+loop through one is still a loop a reader must hold in mind, and one refactor away from a
+circular import at run time).
+
+Every ``import`` in every module is read with ``ast`` (inside functions and
+``TYPE_CHECKING`` blocks too; relative imports resolved; ``from pkg import name`` is an
+arrow to ``pkg/name.py`` where that is a module), so a new arrow the wrong way fails here.
+
+Sizes (STYLE.md section 4, issue 30: guidance, not a cap that decides where a file is cut):
+a module past 600 lines or a function past 80 lines fails; above 450 lines or 60 lines it
+is reported (printed, ``pytest -s`` shows it), so a split is made for the reader's sake.
 """
 
 from __future__ import annotations
@@ -104,23 +117,180 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert "decide" in allowed("show") and "telemetry" in allowed("sense")
 
 
-#: Size limits of issue 18 (STYLE.md section 4: most modules under ~300 lines, a function
-#: on one screen); the argument parser is one long table and may be longer.
-MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_SERVICE_LINES = 450, 60, 250
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    """``agent_supervisor/gateway/proxy.py`` -> ``agent_supervisor.gateway.proxy`` (a
+    package's ``__init__.py`` is the package)."""
+    rel = path.relative_to(package.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def file_imports(path: Path, me: str, modules: dict[str, Path]) -> list[tuple[int, str]]:
+    """(line, module) for every import of a module of ``modules`` (name -> path) in
+    ``path`` (module ``me``): runtime, in-function and ``TYPE_CHECKING`` imports alike;
+    ``from a.b import c`` is an arrow to ``a.b.c`` where that is a module, else to
+    ``a.b``; ``import a.b.c`` to the longest prefix that is a module; relative imports
+    are resolved."""
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        targets: list[str | None] = []
+        if isinstance(node, ast.Import):
+            targets = [known(a.name) for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                up = up[: len(up) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else known(base)
+                       for a in node.names]
+        out.extend((node.lineno, t) for t in dict.fromkeys(targets) if t and t != me)
+    return out
+
+
+def file_graph(package: Path) -> dict[str, dict[str, list[int]]]:
+    """module -> {module it imports: [lines]} over every module under ``package``."""
+    modules = {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+    graph: dict[str, dict[str, list[int]]] = {m: {} for m in modules}
+    for name, path in modules.items():
+        for line, dst in file_imports(path, name, modules):
+            graph[name].setdefault(dst, []).append(line)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, list[int]]]) -> list[list[str]]:
+    """The strongly connected sets of two modules or more (Tarjan's algorithm, iterative),
+    each sorted, the list sorted: every file-level import cycle lies inside one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        members.append(top)
+                        if top == node:
+                            break
+                    if len(members) > 1:
+                        found.append(sorted(members))
+    return sorted(found)
+
+
+def describe(graph: dict[str, dict[str, list[int]]], members: list[str]) -> str:
+    """One cycle: its files and each arrow between them with the lines that make it."""
+    short = {m: m.removeprefix("agent_supervisor.") for m in members}
+    arrows = [f"  {short[a]} -> {short[b]} (line {', '.join(map(str, lines))})"
+              for a in members for b, lines in graph[a].items() if b in short]
+    return "cycle of " + ", ".join(short.values()) + ":\n" + "\n".join(arrows)
+
+
+#: Cycles still being broken (issue 30 item 1), one entry removed per commit that breaks
+#: one; a new cycle, or one of these grown or changed, fails.
+KNOWN_CYCLES: list[list[str]] = [
+    [f"agent_supervisor.gateway.{m}" for m in ("cors", "models", "own_api", "proxy",
+                                                "readiness", "server", "streaming",
+                                                "visibility")],
+    ["agent_supervisor.gateway.resume", "agent_supervisor.gateway.sse"],
+    ["agent_supervisor.gateway.upstream", "agent_supervisor.gateway.upstream_response"],
+    [f"agent_supervisor.{m}" for m in ("policy", "policy_nodes", "policy_paths",
+                                       "policy_yaml")],
+]
+
+
+def test_issue_30_no_file_level_import_cycle() -> None:
+    """No file imports itself through others, anywhere in the package."""
+    graph = file_graph(PACKAGE)
+    found = cycles(graph)
+    for members in found:
+        print(describe(graph, members))
+    assert [describe(graph, c) for c in found if c not in KNOWN_CYCLES] == []
+    assert [c for c in KNOWN_CYCLES if c not in found] == []
+
+
+def test_the_cycle_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """The checker itself: a loop through a ``TYPE_CHECKING`` import, one through an
+    in-function relative import and one through ``from pkg import module`` are each
+    found; a package that only points one way has none."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
+        "b.py": "import pkg.a\n",
+        "c.py": "def f():\n    from .sub.d import g\n",
+        "sub/__init__.py": "",
+        "sub/d.py": "from pkg import c\n",
+        "e.py": "from pkg.sub import d\nfrom pkg import a\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    graph = file_graph(pkg)
+    assert graph["pkg.sub.d"] == {"pkg.c": [1]}
+    assert cycles(graph) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.sub.d"]]
+    (pkg / "b.py").write_text("x = 1\n")
+    (pkg / "sub/d.py").write_text("import pkg.sub\n")
+    assert cycles(file_graph(pkg)) == []
+
+
+#: Sizes (STYLE.md section 4, issue 30): past these a module or function fails.
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_SERVICE_LINES = 600, 80, 250
+#: Above these it is reported, not failed: worth a look, not a reason to cut a file.
+NOTE_MODULE_LINES, NOTE_FUNCTION_LINES = 450, 60
+#: The argument parser is one long table and may be longer.
 LONG_FUNCTIONS_ALLOWED = {("cli.py", "_parser")}
 
 
-def test_issue_18_no_module_or_function_too_long() -> None:
-    long = []
+def test_no_module_or_function_too_long() -> None:
+    """Fails past 600 lines a module or 80 lines a function; prints those above 450/60."""
+    long: list[str] = []
+    noted: list[str] = []
     for path in MODULES:
         rel = str(path.relative_to(PACKAGE))
         text = path.read_text()
-        if len(text.splitlines()) > MAX_MODULE_LINES:
-            long.append(f"{rel}: {len(text.splitlines())} lines")
+        n = len(text.splitlines())
+        if n > NOTE_MODULE_LINES:
+            (long if n > MAX_MODULE_LINES else noted).append(f"{rel}: {n} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = (node.end_lineno or node.lineno) - node.lineno + 1
-                if n > MAX_FUNCTION_LINES and (rel, node.name) not in LONG_FUNCTIONS_ALLOWED:
-                    long.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+                if n > NOTE_FUNCTION_LINES and (rel, node.name) not in LONG_FUNCTIONS_ALLOWED:
+                    (long if n > MAX_FUNCTION_LINES else noted).append(
+                        f"{rel}:{node.lineno} {node.name}: {n} lines")
+    for line in noted:
+        print(f"long (reported, not failed): {line}")
     assert long == []
     assert len((PACKAGE / "service.py").read_text().splitlines()) < MAX_SERVICE_LINES
