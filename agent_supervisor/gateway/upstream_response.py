@@ -9,12 +9,9 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from agent_supervisor.gateway.upstream import _Connection
-
-__all__ = ["MAX_BODY_BYTES", "UpstreamError", "UpstreamResponse"]
+__all__ = ["MAX_BODY_BYTES", "Connection", "UpstreamError", "UpstreamResponse"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +26,24 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 class UpstreamError(Exception):
     """The engine could not be reached, or its response broke or did not parse."""
+
+
+class Connection(Protocol):
+    """What a response needs of the connection it came on (the upstream client's
+    ``_Connection``, agent_supervisor/gateway/upstream.py): flow control and the end."""
+
+    def pause(self) -> None:
+        """Stop reading the engine's socket (the reader is behind)."""
+
+    def resume(self) -> None:
+        """Read the engine's socket again."""
+
+    def abort(self) -> None:
+        """Close at once (a request in flight is abandoned)."""
+
+    def done_with(self, response: UpstreamResponse, *, reuse: bool) -> None:
+        """The reader is done with ``response``: keep the connection (``reuse``) or
+        close it."""
 
 
 class UpstreamResponse:
@@ -53,9 +68,9 @@ class UpstreamResponse:
         "status",
     )
 
-    def __init__(self, conn: _Connection, status: int,
+    def __init__(self, conn: Connection, status: int,
                  headers: list[tuple[bytes, bytes]]) -> None:
-        self._conn: _Connection | None = conn
+        self._conn: Connection | None = conn
         self.status = status
         self.headers = headers
         self.content_type = "application/octet-stream"

@@ -225,7 +225,6 @@ KNOWN_CYCLES: list[list[str]] = [
                                                 "readiness", "server", "streaming",
                                                 "visibility")],
     ["agent_supervisor.gateway.resume", "agent_supervisor.gateway.sse"],
-    ["agent_supervisor.gateway.upstream", "agent_supervisor.gateway.upstream_response"],
     [f"agent_supervisor.{m}" for m in ("policy", "policy_nodes", "policy_paths",
                                        "policy_yaml")],
 ]
