@@ -63,7 +63,6 @@ import httpx
 from agent_supervisor.gateway.prompt import exact_tokens
 from agent_supervisor.gateway.sse import (
     MAX_EVENT_BYTES,
-    Dialect,
     MalformedStream,
     StreamState,
     add_sent,
@@ -73,7 +72,7 @@ from agent_supervisor.gateway.sse import (
     events_end,
 )
 
-__all__ = ["Resumption", "StreamTap", "openai_cut", "plan_resumption"]
+__all__ = ["Dialect", "Resumption", "StreamTap", "openai_cut", "plan_resumption"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +92,36 @@ _DONE = b"data: [DONE]"
 #: A recorded stream at most (bytes): past it the stream goes on unrecorded and is not
 #: resumed (a 32k-token chat stream is about 8 MB as vLLM sends it).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+
+
+class Dialect:
+    """How a stream of another API than OpenAI's is cut, read and continued
+    (agent_supervisor/gateway/resume_apis.py, resume_messages.py). ``out`` is always whole
+    SSE events."""
+
+    def hold(self, out: bytes, pending: bytes) -> tuple[bytes, bytes]:
+        """Events to hold back until the next ones are seen (default: none)."""
+        return out, pending
+
+    def cut(self, out: bytes) -> int:
+        """Where a cut starts in ``out`` (-1: none)."""
+        raise NotImplementedError
+
+    def finished(self, out: bytes) -> bool:
+        """Whether ``out`` (as the client gets it) ends the stream."""
+        raise NotImplementedError
+
+    def state(self, sent: list[dict[str, Any]]) -> StreamState:
+        """What the client has, from the JSON of every event sent."""
+        raise NotImplementedError
+
+    def begin(self, base: StreamState) -> None:
+        """A continuation starts after ``base``."""
+        raise NotImplementedError
+
+    def rewrite(self, tap: StreamTap, out: bytes) -> bytes:
+        """The continuation's events as the client's stream goes on."""
+        raise NotImplementedError
 
 
 @dataclass

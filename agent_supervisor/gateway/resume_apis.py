@@ -36,10 +36,9 @@ import copy
 import json
 from typing import Any
 
-from agent_supervisor.gateway.resume import Resumption, StreamTap, plan_resumption
+from agent_supervisor.gateway.resume import Dialect, Resumption, StreamTap, plan_resumption
 from agent_supervisor.gateway.resume_messages import MESSAGES, plan_messages
 from agent_supervisor.gateway.sse import (
-    Dialect,
     StreamState,
     add_sent,
     as_dict,

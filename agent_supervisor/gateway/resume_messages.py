@@ -36,9 +36,8 @@ from typing import Any
 import httpx
 
 from agent_supervisor.gateway.prompt import tokenize_ids
-from agent_supervisor.gateway.resume import COMPLETIONS, Resumption, StreamTap
+from agent_supervisor.gateway.resume import COMPLETIONS, Dialect, Resumption, StreamTap
 from agent_supervisor.gateway.sse import (
-    Dialect,
     StreamState,
     as_dict,
     as_list,

@@ -1,6 +1,7 @@
-"""Server-sent events as the gateway reads them: whole events, their JSON, and what a
-resumable stream needs to know about its API (``Dialect``; agent_supervisor/gateway/resume.py,
-resume_messages.py, resume_apis.py).
+"""Server-sent events as the gateway reads them: whole events, their JSON, and what the
+client has been sent (``StreamState``). How a stream of each API is cut and continued
+(``Dialect``) lives beside the resumption: agent_supervisor/gateway/resume.py,
+resume_messages.py, resume_apis.py.
 
 SSE (WHATWG HTML, "Server-sent events"): events end with a blank line; ``data:`` lines
 carry the payload (JSON here), ``event:`` names it (Anthropic's and the Responses API's
@@ -11,12 +12,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agent_supervisor.gateway.resume import StreamTap
-
-__all__ = ["MAX_EVENT_BYTES", "Dialect", "MalformedStream", "StreamState", "add_sent",
+__all__ = ["MAX_EVENT_BYTES", "MalformedStream", "StreamState", "add_sent",
            "as_dict", "as_list", "end_markers", "ends", "event_data", "events", "events_end",
            "split_events", "sse_event"]
 
@@ -145,32 +143,3 @@ def event_data(event: bytes) -> dict[str, Any] | None:
 def sse_event(kind: str, data: dict[str, Any]) -> bytes:
     """One named event: ``event: kind`` and its compact JSON ``data:``."""
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
-class Dialect:
-    """How a stream of another API than OpenAI's is cut, read and continued
-    (agent_supervisor/gateway/resume_apis.py). ``out`` is always whole SSE events."""
-
-    def hold(self, out: bytes, pending: bytes) -> tuple[bytes, bytes]:
-        """Events to hold back until the next ones are seen (default: none)."""
-        return out, pending
-
-    def cut(self, out: bytes) -> int:
-        """Where a cut starts in ``out`` (-1: none)."""
-        raise NotImplementedError
-
-    def finished(self, out: bytes) -> bool:
-        """Whether ``out`` (as the client gets it) ends the stream."""
-        raise NotImplementedError
-
-    def state(self, sent: list[dict[str, Any]]) -> StreamState:
-        """What the client has, from the JSON of every event sent."""
-        raise NotImplementedError
-
-    def begin(self, base: StreamState) -> None:
-        """A continuation starts after ``base``."""
-        raise NotImplementedError
-
-    def rewrite(self, tap: StreamTap, out: bytes) -> bytes:
-        """The continuation's events as the client's stream goes on."""
-        raise NotImplementedError

@@ -224,7 +224,6 @@ KNOWN_CYCLES: list[list[str]] = [
     [f"agent_supervisor.gateway.{m}" for m in ("cors", "models", "own_api", "proxy",
                                                 "readiness", "server", "streaming",
                                                 "visibility")],
-    ["agent_supervisor.gateway.resume", "agent_supervisor.gateway.sse"],
     [f"agent_supervisor.{m}" for m in ("policy", "policy_nodes", "policy_paths",
                                        "policy_yaml")],
 ]
