@@ -135,6 +135,17 @@ class GatewaySpec(_Model):
     """An answer ending in one unit of at most 16 characters (a token) repeated this many
     times, not asked for by the prompt, is degenerate: the ``corrupted_output`` guard's
     evidence (token 0 after NaN logits until ``max_tokens``: vllm #55766)."""
+    end_overrun_answers: bool = True
+    """End a stream clearly past its request's ``max_tokens`` (an error event in the
+    caller's API shape; llama-server after a context shift: ggml-org/llama.cpp #25026).
+    Counted and recorded either way (``gateway_overrun_answers_total``)."""
+    overrun_margin_tokens: Annotated[int, Field(ge=0, le=1_000_000)] = 32
+    """Tokens counted past ``max_tokens`` before an answer is past it. The gateway counts
+    one token per streamed event (or the engine's ``usage`` when higher): a low count
+    (speculation sends several tokens an event), so the margin covers the engine's own
+    end of stream events, not the count."""
+    overrun_margin_ratio: Annotated[float, Field(ge=0, le=10)] = 0.1
+    """And this fraction of ``max_tokens`` on top (0.1: 52 more for 512)."""
     sample_request_shapes: Annotated[int, Field(ge=0, le=100_000)] = 0
     """Opt-in: keep the last N requests' shapes (estimated prompt tokens, max_tokens,
     turns, tools, stream: numbers only, never text) at ``/gateway/shapes`` for

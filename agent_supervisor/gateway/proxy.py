@@ -50,6 +50,7 @@ from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
 from agent_supervisor.gateway.key_limits import KEY_NAME, KeyRefused
 from agent_supervisor.gateway.models import MODELS_PATH, aliased, engine_models, policy_models
+from agent_supervisor.gateway.overrun import answer_limit
 from agent_supervisor.gateway.own_api import gateway_api
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
@@ -69,7 +70,7 @@ from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 from agent_supervisor.gateway.visibility import answer_headers, mode_headers
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.view import GatewayView
 
 __all__ = ["ADMITTED_PATHS", "GatewayApp", "openai_error"]
 
@@ -96,7 +97,7 @@ class GatewayApp:
     unexpected error in the proxy still answers, in the caller's API shape.
     """
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: GatewayView) -> None:
         self.gw = gw
         self.api = gateway_api(gw)
         self.readiness = Readiness(gw)
@@ -172,7 +173,7 @@ def _closing(send: Send) -> Send:
     return closing_send
 
 
-def _refuse_path(gw: Gateway, raw_path: bytes) -> Response:
+def _refuse_path(gw: GatewayView, raw_path: bytes) -> Response:
     api = gw.routes.api_of(raw_path)
     why = not_normal(raw_path)
     gw.metrics.rejections.labels("path").inc()
@@ -190,7 +191,7 @@ def _agent_key(request: Request) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
-def _check_auth(gw: Gateway, request: Request, api: Api) -> Response | None:
+def _check_auth(gw: GatewayView, request: Request, api: Api) -> Response | None:
     if gw.spec.auth != "keys":
         return None
     token = _agent_key(request)
@@ -205,7 +206,7 @@ def _check_auth(gw: Gateway, request: Request, api: Api) -> Response | None:
                      type_="invalid_request_error", code="invalid_api_key")
 
 
-def upstream_headers(gw: Gateway, request: Request) -> dict[str, str]:
+def upstream_headers(gw: GatewayView, request: Request) -> dict[str, str]:
     """The client's headers for the engine: hop-by-hop ones dropped; the key the engine
     wants (vLLM's ``--api-key`` reads ``Authorization: Bearer`` only:
     vllm/entrypoints/serve/middleware/authenticate.py), so an ``x-api-key`` becomes one
@@ -221,7 +222,7 @@ def upstream_headers(gw: Gateway, request: Request) -> dict[str, str]:
     return headers
 
 
-async def _read_body(gw: Gateway, request: Request, api: Api) -> bytes | Response:
+async def _read_body(gw: GatewayView, request: Request, api: Api) -> bytes | Response:
     """The body, or a 413 once it passes ``max_body_bytes`` (nothing more is read)."""
     cap = gw.spec.max_body_bytes
     declared = request.headers.get("content-length")
@@ -245,14 +246,14 @@ async def _read_body(gw: Gateway, request: Request, api: Api) -> bytes | Respons
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _too_large(gw: Gateway, api: Api, cap: int) -> Response:
+def _too_large(gw: GatewayView, api: Api, cap: int) -> Response:
     gw.metrics.rejections.labels("body_too_large").inc()
     return api_error(api, 413, f"the request body is larger than {cap} bytes "
                      "(gateway.max_body_bytes)", type_="invalid_request_error",
                      code="request_too_large", headers={"Connection": "close"})
 
 
-async def _prompt_check(gw: Gateway, body: dict[str, Any],
+async def _prompt_check(gw: GatewayView, body: dict[str, Any],
                         api: Api) -> tuple[int, Response | None]:
     tokens = estimate_tokens(body)
     limit = gw.admission.limits.max_prompt_tokens
@@ -271,7 +272,7 @@ async def _prompt_check(gw: Gateway, body: dict[str, Any],
         code="context_length_exceeded", param=param)
 
 
-async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Response:
+async def handle(gw: GatewayView, request: Request, route: Route, api: Api) -> Response:
     """Authenticate, check, admit, forward; see the module docstring. Raises ClientGone."""
     denied = _check_auth(gw, request, api)
     if denied is not None:
@@ -302,7 +303,7 @@ async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Respo
     return await _admitted(gw, request, route, api, path, raw, body)
 
 
-async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path: str,
+async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, path: str,
                     raw: bytes, body: dict[str, Any]) -> Response:
     if route is not Route.ADMIT:
         return await _forward(gw, request, api, path, raw, None)
@@ -331,7 +332,10 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
     try:
         plan = plan_stream(path, body, raw) if gw.spec.resume else None
         watch = gw.quality.watch(agent_label(_agent_key(request), gw.key_names),
-                                 gw.quality.request(body)) if body else None
+                                 gw.quality.request(body), answer_limit(
+                                     body, margin_tokens=gw.spec.overrun_margin_tokens,
+                                     margin_ratio=gw.spec.overrun_margin_ratio)) \
+            if body else None
         return await _forward(gw, request, api, path, plan.upstream_raw if plan else raw,
                               slot, plan=plan, watch=watch, held_s=waited)
     except BaseException:
@@ -339,7 +343,7 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
         raise
 
 
-async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: bytes,
+async def _forward(gw: GatewayView, request: Request, api: Api, path: str, raw: bytes,
                    slot: Slot | None, *, plan: Resumption | None = None,
                    watch: AnswerWatch | None = None, held_s: float = 0.0,
                    ) -> WholeResponse | StreamResponse | Response:
@@ -400,7 +404,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
     raise AssertionError("unreachable: the loop returns")
 
 
-async def _crashed(gw: Gateway, epoch: int) -> bool:
+async def _crashed(gw: GatewayView, epoch: int) -> bool:
     """After a 5xx answer to an admitted request: whether it came from an engine going
     down, which then came back (the request is sent again) or not.
 

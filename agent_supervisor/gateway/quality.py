@@ -27,6 +27,10 @@ Three things the engine's own metrics cannot say:
    unit repeated in the prompt itself (at least ``PROMPT_UNIT_REPEATS`` times in a row),
    or the prompt asking for repetition and holding the unit. The ``corrupted_output``
    guard takes a rise as corrupted output. Each stream is counted once.
+4. **Answers past their ``max_tokens``** (``gateway_overrun_answers_total``): the tokens
+   of each answer counted against what its request asked for
+   (agent_supervisor/gateway/overrun.py: approximate, only ever low, so a margin); a
+   stream clearly past it is ended by the gateway (``AnswerWatch.past``).
 
 Privacy: prompts and answers are read in memory while the request lasts; only numbers
 leave this module (the log names the unit's length and count, never its text). With
@@ -45,6 +49,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from agent_supervisor.gateway.overrun import TokenCount
 from agent_supervisor.gateway.prompt import BYTES_PER_TOKEN, estimate_tokens
 
 __all__ = ["BLOCK_CHARS", "MAX_UNIT_CHARS", "PROMPT_UNIT_REPEATS", "WATCH_BATCH_BYTES",
@@ -248,6 +253,7 @@ class Quality:
         self.prefixes = PrefixMemory()
         self.parser_errors_total = 0
         self.degenerate_streams_total = 0
+        self.overrun_answers_total = 0
         self.repeated_prefix_tokens_total = 0
         self.by_agent: dict[str, int] = {}
         """Parser errors per agent, for /gateway/status."""
@@ -264,6 +270,10 @@ class Quality:
             "supervisor_gateway_repeated_prefix_tokens_total",
             "Prompt tokens (estimated) that repeat an earlier request's prefix.",
             registry=registry)
+        self._overrun = Counter(
+            "supervisor_gateway_overrun_answers_total",
+            "Answers counted clearly past their request's max_tokens (streams among them "
+            "ended by the gateway), by agent.", ["agent"], registry=registry)
 
     def keep(self, shapes: int) -> None:
         """Keep the last ``shapes`` request shapes from now on (0: none)."""
@@ -297,17 +307,29 @@ class Quality:
                        "repeated %d times, not asked for by the prompt", agent, len(unit),
                        repeats)
 
-    def watch(self, agent: str, prompt: str) -> AnswerWatch:
-        """A watcher for one answer (streamed or whole)."""
-        return AnswerWatch(self, agent, prompt)
+    def overrun(self, agent: str, count: TokenCount) -> None:
+        """One answer for ``agent`` past its ``max_tokens`` (``count``: the tokens counted
+        and the limit)."""
+        self.overrun_answers_total += 1
+        self._overrun.labels(agent).inc()
+        logger.warning("gateway: an answer for agent %s ran past its max_tokens: %d tokens "
+                       "counted, limit with margin %s (a stream is ended here)", agent,
+                       count.tokens, count.limit)
+
+    def watch(self, agent: str, prompt: str, limit: int | None = None) -> AnswerWatch:
+        """A watcher for one answer (streamed or whole); ``limit``: the counted tokens
+        past which it is over its ``max_tokens`` (``overrun.answer_limit``)."""
+        return AnswerWatch(self, agent, prompt, limit)
 
 
 class AnswerWatch:
     """Reads one answer's SSE events or body for ``Quality`` (each problem once)."""
 
-    def __init__(self, quality: Quality, agent: str, prompt: str) -> None:
+    def __init__(self, quality: Quality, agent: str, prompt: str,
+                 limit: int | None = None) -> None:
         self.q, self.agent, self.prompt = quality, agent, prompt
         self.run = RepeatRun(quality.repeat_units)
+        self.count = TokenCount(limit)
         self._pending = bytearray()
         self._content = False
         self._tool = False
@@ -343,7 +365,14 @@ class AnswerWatch:
             if isinstance(ev, dict):
                 self._event(ev)
 
+    @property
+    def past(self) -> bool:
+        """Whether the answer read so far is clearly past its ``max_tokens``."""
+        return self.count.past
+
     def _event(self, ev: dict[str, Any]) -> None:
+        if self.count.event(ev):
+            self.q.overrun(self.agent, self.count)
         err = ev.get("error")
         if err is not None and _PARSER.search(json.dumps(err)):
             self._problem("parser_error")
@@ -385,10 +414,14 @@ class AnswerWatch:
     def whole(self, status: int, content: bytes, *, switched: bool) -> None:
         """A non-streamed answer (its JSON parsed once for both checks, and only when
         either could find something: the gateway's CPU per request is its latency)."""
+        limit = self.count.limit
         if status < 400 and len(content) < self.q.repeat_units \
-                and _CONTENT_NULL.search(content) is None:
-            return              # too short to end in repeat_units repeats, no null content
+                and _CONTENT_NULL.search(content) is None \
+                and (limit is None or len(content) <= limit):
+            return   # too short to end in repeats, no null content, not past max_tokens
         data = json_object(content) if status < 400 else None
+        if data is not None and self.count.whole(data):
+            self.q.overrun(self.agent, self.count)
         kind = answer_problem(status, content, switched=switched, data=data)
         if kind is not None:
             self._problem(kind)

@@ -114,7 +114,8 @@ class Gateway:
         q = self.quality
         return GatewayLoad(a.in_flight, a.queued, a.prompt_tokens_in_flight,
                            a.prompt_tokens_queued, q.repeated_prefix_tokens_total,
-                           q.parser_errors_total, q.degenerate_streams_total)
+                           q.parser_errors_total, q.degenerate_streams_total,
+                           overrun_answers_total=q.overrun_answers_total)
 
     # -- GatewayControl --------------------------------------------------------------
 

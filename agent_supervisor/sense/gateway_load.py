@@ -24,6 +24,9 @@ class GatewayLoad:
     """Counters since the gateway started (agent_supervisor/gateway/quality.py)."""
     parser_errors_total: int | None = None
     degenerate_streams_total: int | None = None
+    overrun_answers_total: int | None = None
+    """Answers counted clearly past their request's ``max_tokens``
+    (agent_supervisor/gateway/overrun.py)."""
 
 
 class GatewayLoadSource(Protocol):
@@ -41,7 +44,8 @@ def gateway_fields(source: GatewayLoadSource | None) -> dict[str, int | None]:
                               "gateway_prompt_tokens_queued",
                               "gateway_repeated_prefix_tokens_total",
                               "gateway_parser_errors_total",
-                              "gateway_degenerate_streams_total"))
+                              "gateway_degenerate_streams_total",
+                              "gateway_overrun_answers_total"))
     return {
         "gateway_requests_in_flight": load.requests_in_flight,
         "gateway_requests_queued": load.requests_queued,
@@ -50,4 +54,5 @@ def gateway_fields(source: GatewayLoadSource | None) -> dict[str, int | None]:
         "gateway_repeated_prefix_tokens_total": load.repeated_prefix_tokens_total,
         "gateway_parser_errors_total": load.parser_errors_total,
         "gateway_degenerate_streams_total": load.degenerate_streams_total,
+        "gateway_overrun_answers_total": load.overrun_answers_total,
     }

@@ -202,6 +202,9 @@ class Sample:
     gateway_degenerate_streams_total: int | None = None
     """Answers the gateway saw end in one short unit repeated for hundreds of tokens
     that the prompt did not ask for (token 0 after NaN logits: vllm #55766)."""
+    gateway_overrun_answers_total: int | None = None
+    """Answers the gateway counted clearly past their request's ``max_tokens`` (streams
+    among them ended there: llama-server after a context shift, llama.cpp #25026)."""
 
     # An engine across boxes (``engine.nodes``): each worker node as the head heard of it.
     nodes: tuple[NodeSample, ...] | None = None

@@ -120,7 +120,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         if state["hang"]:
             time.sleep(3600)   # a hung engine: the request is taken and never answered
-        body = {"object": "text_completion", "choices": [{"index": 0, "text": "!"}],
+        body = {"object": "text_completion",
+                "choices": [{"index": 0, "text": state["completion_text"]}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
         self._send(200, json.dumps(body).encode())
 
@@ -131,7 +132,7 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("continue_final_message") and last.get("role") == "assistant":
             start = len(last.get("content", "").split())    # continue after those words
         words = [state["word"] or f"w{i}" for i in range(start, state["tokens"])]
-        if isinstance(body.get("max_tokens"), int):
+        if isinstance(body.get("max_tokens"), int) and not state["ignore_max_tokens"]:
             words = words[:body["max_tokens"]]
         state["chats"] += 1
         if state["die_at"] and state["chats"] == state["die_at"]:
@@ -337,6 +338,10 @@ def main() -> None:
                    help="die (exit 1) after sending this many words of a stream")
     p.add_argument("--word", default=None,
                    help="every chat word is this one (a degenerate answer when repeated)")
+    p.add_argument("--ignore-max-tokens", action="store_true",
+                   help="chat streams run past max_tokens (llama.cpp #25026)")
+    p.add_argument("--completion-text", default="!",
+                   help="the text of every whole /v1/completions answer")
     p.add_argument("--null-content", action="store_true",
                    help="chat answers stop with content null (vllm #45736)")
     p.add_argument("--die-with-500-at", type=int, default=0,
@@ -356,6 +361,8 @@ def main() -> None:
     state["tokens"], state["delay"] = args.tokens, args.token_delay
     state["break_after"] = args.break_stream_after
     state["word"], state["null_content"] = args.word, args.null_content
+    state["ignore_max_tokens"] = args.ignore_max_tokens
+    state["completion_text"] = args.completion_text
     state["fail_every"], state["chats"] = args.fail_every, 0
     state["die_at"] = args.die_with_500_at
     if args.bad_flag:
