@@ -15,15 +15,25 @@ shapes, kept by the gateway where the operator opted in (``gateway.sample_reques
 lengths only, never text: agent_supervisor/load/fleet_shapes.py). Every profile's rows are
 stored too (``profile`` column; the dashboard's calibration table), but only the standard
 agent load's rows (profile None) are the baselines the guards read.
+With ``--draft-lengths`` (issue 32) one speculative vLLM mode is measured with each draft
+length K (K=0: without speculation) at each concurrency; ``propose_k_schedule`` turns that
+into vLLM's draft length by batch size (``num_speculative_tokens_per_batch_size`` in
+``--speculative-config``, vllm PR #32374: n-gram k=5 gave 287 against 144 tokens/s for one
+request on this box and 68 against 100 per request at six, README), says what it should
+gain over the mode's fixed K at each load, then runs the proposal at the same loads and
+prints what it measured against the fixed K of the same run (ratios). Those rows are
+printed, not stored: the variants are not rungs of the policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +44,8 @@ from agent_supervisor.errors import ScrapeError
 from agent_supervisor.load.agents import AgentLoad, summarize
 from agent_supervisor.load.fleet_shapes import FLEET, fetch_shapes, fleet_profile
 from agent_supervisor.load.profiles import PROFILES, Profile
-from agent_supervisor.policy import Policy
+from agent_supervisor.policy import Mode, Policy
+from agent_supervisor.policy_spec import check_k_schedule
 from agent_supervisor.record.baselines import args_digest
 from agent_supervisor.record.store import Store
 from agent_supervisor.sense.engine_metrics import parse_metrics
@@ -44,7 +55,8 @@ from agent_supervisor.sense.process_tree import read_process_tree
 from agent_supervisor.sense.profiles import profile_for
 from agent_supervisor.states import EngineState
 
-__all__ = ["calibrate", "propose_order"]
+__all__ = ["KProposal", "calibrate", "calibrate_draft_lengths", "k_variants", "propose_k_schedule",
+           "propose_order"]
 
 logger = logging.getLogger(__name__)
 
@@ -260,3 +272,196 @@ def propose_order(rows: list[dict[str, Any]], policy: Policy) -> str | None:
     new = [f"  - name: {n}   # score {score[n]:.2f}\n" if n in score else f"  - name: {n}\n"
            for n in proposed]
     return "".join(difflib.unified_diff(lines, new, "modes (now)", "modes (proposed)"))
+
+
+#: A K whose tokens/s per request is within this fraction of the best is as good: the
+#: smaller K is kept (less verification work for the same speed; CPU runs of a few
+#: seconds differ by a few per cent from one to the next).
+TIE_RATIO = 0.03
+
+
+@dataclass(frozen=True)
+class KProposal:
+    """A draft length per batch size and what it should gain.
+
+    ``best_k``: concurrency -> the K measured fastest there. ``schedule``: vLLM's
+    ``[[range_start, range_end, k], ...]`` (inclusive batch sizes, from 1), None when one
+    K wins at every load (no schedule needed). ``fixed_k``: the mode's own K.
+    ``predicted_gain``: concurrency -> tokens/s per request of the best K over the fixed K
+    (a ratio, from the sweep).
+    """
+
+    best_k: dict[int, int]
+    schedule: list[list[int]] | None
+    fixed_k: int
+    predicted_gain: dict[int, float]
+
+    @property
+    def max_k(self) -> int:
+        """``num_speculative_tokens`` the proposal needs (vLLM sizes buffers by it)."""
+        return max(self.best_k.values())
+
+
+def propose_k_schedule(rows: Sequence[dict[str, Any]], fixed_k: int,
+                       max_batch: int | None = None) -> KProposal:
+    """The best K at each measured concurrency, as vLLM's batch-size schedule. Pure.
+
+    ``rows``: ``{"k", "concurrency", "tokens_per_second_per_request"}`` (tokens/s, one per
+    K and concurrency; every K at every concurrency). Ranges split half-way between two
+    measured concurrencies (1, 2, 4, 6 -> 1, 2-3, 4-5, 6-``max_batch``), equal
+    neighbours merged; the last range ends at ``max_batch`` (``--max-num-seqs``) or the
+    highest concurrency measured (vLLM keeps the last k beyond it either way).
+    Raises ValueError when a K or concurrency is missing, ``fixed_k`` was not measured or
+    a rate is not positive.
+    """
+    table: dict[tuple[int, int], float] = {}
+    for r in rows:
+        table[(int(r["k"]), int(r["concurrency"]))] = float(r["tokens_per_second_per_request"])
+    ks = sorted({k for k, _ in table})
+    levels = sorted({c for _, c in table})
+    missing = [(k, c) for k in ks for c in levels if (k, c) not in table]
+    if missing or fixed_k not in ks or not levels:
+        raise ValueError(f"the sweep needs every K at every concurrency, the fixed K "
+                         f"{fixed_k} among them; missing (K, concurrency): {missing}")
+    if any(v <= 0 for v in table.values()):
+        raise ValueError("a K served no tokens at some concurrency: no proposal")
+    best: dict[int, int] = {}
+    for c in levels:
+        top = max(table[(k, c)] for k in ks)
+        best[c] = min(k for k in ks if table[(k, c)] >= top * (1 - TIE_RATIO))
+    gain = {c: table[(best[c], c)] / table[(fixed_k, c)] for c in levels}
+    if len(set(best.values())) == 1:
+        return KProposal(best, None, fixed_k, gain)
+    last = max(max_batch or levels[-1], levels[-1])
+    ranges: list[list[int]] = []
+    for i, c in enumerate(levels):
+        start = 1 if i == 0 else (levels[i - 1] + c) // 2 + 1
+        end = last if i == len(levels) - 1 else (c + levels[i + 1]) // 2
+        if ranges and ranges[-1][2] == best[c]:
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, best[c]])
+    check_k_schedule(ranges, max(best.values()))
+    return KProposal(best, ranges, fixed_k, gain)
+
+
+def k_variants(policy: Policy, mode_name: str, ks: Sequence[int],
+               schedule: KProposal | None = None) -> Policy:
+    """A policy whose ladder is ``mode_name`` at each K (named ``<mode>-k<K>``; K=0 without
+    ``--speculative-config``), or with ``schedule``: that mode with the proposed schedule
+    (named ``<mode>-by-batch``). Raises KeyError for an unknown mode, ValueError for a mode
+    that is not speculative vLLM."""
+    mode = policy.modes[policy.mode_index(mode_name)]
+    spec = mode.args.get("--speculative-config")
+    if policy.engine.kind != "vllm" or not isinstance(spec, dict):
+        raise ValueError(f"--draft-lengths needs a vLLM mode with --speculative-config; "
+                         f"{mode_name} has none (llama-server has no draft length by batch "
+                         "size: compare its --spec-draft-n-max values as separate modes)")
+    base = {k: v for k, v in spec.items() if k != "num_speculative_tokens_per_batch_size"}
+
+    def variant(name: str, new_spec: dict[str, Any] | None) -> Mode:
+        args = {f: v for f, v in mode.args.items() if f != "--speculative-config"}
+        if new_spec is not None:
+            args = {"--speculative-config": new_spec, **args}
+        return mode.model_copy(update={"name": name, "args": args})
+
+    if schedule is not None and schedule.schedule is not None:
+        modes = [variant(f"{mode_name}-by-batch", {
+            **base, "num_speculative_tokens": schedule.max_k,
+            "num_speculative_tokens_per_batch_size": schedule.schedule})]
+    else:
+        modes = [variant(f"{mode_name}-k{k}",
+                         None if k == 0 else {**base, "num_speculative_tokens": k})
+                 for k in ks]
+    return policy.model_copy(update={"modes": modes, "initial_mode": None})
+
+
+async def _sweep(policy: Policy, concurrency: Sequence[int], seconds: float,
+                 emit: Callable[[str], None]) -> list[dict[str, Any]] | None:
+    """Each mode of ``policy`` at each concurrency: ``{"mode", "concurrency",
+    "tokens_per_second_per_request", ...}`` rows, or None when an engine did not start."""
+    rows: list[dict[str, Any]] = []
+    launcher = EngineLauncher(policy)
+    try:
+        async with httpx.AsyncClient() as client:
+            for rung, mode in enumerate(policy.modes):
+                await launcher.start(rung=rung)
+                try:
+                    if not await _wait_ready(launcher):
+                        emit(f"{mode.name}: the engine did not become ready")
+                        return None
+                    model = await served_model(client, launcher.base_url, 5.0) or "default"
+                    context = _context_tokens(policy, rung)
+                    await AgentLoad(launcher.base_url, model, 1,
+                                    context_limit_tokens=context).run(2.0)
+                    for conc in concurrency:
+                        m = await _measure(launcher, client, model, conc, seconds, context)
+                        rows.append({"mode": mode.name, "concurrency": conc, **m})
+                        emit(f"  {mode.name:18s} {conc:4d} "
+                             f"{m['tokens_per_second_per_request']:9.1f} tok/s/req "
+                             f"{m['requests']:3d} req {m['failed']} failed "
+                             f"acceptance {m['acceptance_by_position'] or '-'}")
+                finally:
+                    await launcher.stop(reason="draft-length calibration of this K done")
+    finally:
+        await launcher.close()
+    return rows
+
+
+async def calibrate_draft_lengths(policy: Policy, mode_name: str, ks: Sequence[int], *,
+                                  concurrency: Sequence[int] = (1, 2, 4, 6),
+                                  seconds: float = 8.0,
+                                  emit: Callable[[str], None] = print) -> dict[str, Any]:
+    """Sweep ``ks`` for ``mode_name`` at each concurrency, propose a schedule, run it.
+
+    Returns ``{"rows", "proposal", "measured"}``: the sweep's rows (with ``k``), the
+    ``KProposal`` (None when an engine did not start) and the proposal's own rows (empty
+    when no schedule is needed). Raises KeyError/ValueError as ``k_variants``.
+    """
+    sweep = k_variants(policy, mode_name, ks)       # refuses a mode without a spec config
+    spec = policy.modes[policy.mode_index(mode_name)].args["--speculative-config"]
+    assert isinstance(spec, dict)
+    fixed = int(spec["num_speculative_tokens"])
+    ks = sorted({*ks, 0, fixed})
+    sweep = k_variants(policy, mode_name, ks)
+    emit(f"draft length by batch size for {mode_name} (K={fixed}): K in {ks} at "
+         f"concurrency {list(concurrency)}, {seconds:g} s each")
+    raw = await _sweep(sweep, concurrency, seconds, emit)
+    if raw is None:
+        return {"rows": [], "proposal": None, "measured": []}
+    rows = [{**r, "k": ks[[m.name for m in sweep.modes].index(r["mode"])]} for r in raw]
+    cap = policy.max_num_seqs(policy.mode_index(mode_name))
+    proposal = propose_k_schedule(rows, fixed, cap)
+    emit(_table(rows, ks, proposal))
+    measured: list[dict[str, Any]] = []
+    if proposal.schedule is None:
+        k = next(iter(proposal.best_k.values()))
+        emit(f"K={k} is fastest at every load measured: no schedule needed"
+             + ("" if k == fixed else f" (the mode's K={fixed} is not: use K={k})"))
+        return {"rows": rows, "proposal": proposal, "measured": measured}
+    emit("proposed --speculative-config: " + json.dumps({
+        **{k: v for k, v in spec.items() if k != "num_speculative_tokens_per_batch_size"},
+        "num_speculative_tokens": proposal.max_k,
+        "num_speculative_tokens_per_batch_size": proposal.schedule}, separators=(",", ":")))
+    emit("the proposal, measured (same run):")
+    measured = await _sweep(k_variants(policy, mode_name, ks, proposal), concurrency,
+                            seconds, emit) or []
+    fixed_rate = {r["concurrency"]: r["tokens_per_second_per_request"] for r in rows
+                  if r["k"] == fixed}
+    for r in measured:
+        c = r["concurrency"]
+        emit(f"  at {c}: proposal {r['tokens_per_second_per_request'] / fixed_rate[c]:.2f}x "
+             f"the fixed K={fixed} (predicted {proposal.predicted_gain[c]:.2f}x)")
+    return {"rows": rows, "proposal": proposal, "measured": measured}
+
+
+def _table(rows: list[dict[str, Any]], ks: Sequence[int], proposal: KProposal) -> str:
+    """Tokens/s per request by concurrency and K, the best K and the predicted gain."""
+    rate = {(r["k"], r["concurrency"]): r["tokens_per_second_per_request"] for r in rows}
+    head = "conc " + "".join(f"{'K=' + str(k):>9s}" for k in ks) + \
+        f"  best  gain over K={proposal.fixed_k} (predicted)"
+    lines = [head]
+    for c in sorted(proposal.best_k):
+        lines.append(f"{c:4d} " + "".join(f"{rate[(k, c)]:9.1f}" for k in ks)
+                     + f"  {proposal.best_k[c]:4d}  {proposal.predicted_gain[c]:.2f}x")
+    return "\n".join(lines)

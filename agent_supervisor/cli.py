@@ -29,8 +29,10 @@
     supervisor runs --policy FILE             list recorded engine runs
     supervisor status [--json]                the running service: rung, why, calm, memory
                                               (exit 3: the box needs a reboot)
-    supervisor pin MODE | unpin | step up|down | pause | resume | restart
+    supervisor pin MODE | unpin | step up|down | pause | resume | restart | act | advise
                                               the operator's levers (admin API, token)
+    supervisor report --since 7d              what was done, and what advise mode would
+                                              have done, and how often
     supervisor logs [-f]                      the engine's log (follow across restarts)
     supervisor install --policy FILE [--root DIR]   a systemd service: user, state, token,
                                               unit, enabled (uninstall [--purge] undoes it)
@@ -144,6 +146,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--record", type=Path, metavar="TRACE",
                      help="append every sample and decision to this trace (JSON Lines; "
                      "default: none)")
+    run.add_argument("--advise", action="store_true", default=None,
+                     help="advisory mode whatever the policy's mode says: launch the "
+                     "engine, then only record (and alert) what each decision would have "
+                     "done; `supervisor act` switches to acting (default: the policy's)")
 
     gateway.add_parser(sub)
 
@@ -157,6 +163,11 @@ def _parser() -> argparse.ArgumentParser:
                           "thinking; fleet: the running gateway's recent request shapes, "
                           "opt-in gateway.sample_request_shapes) and propose the order of "
                           "the speculative rungs")
+    cal.add_argument("--draft-lengths", metavar="K,K,...",
+                     help="with one speculative vLLM mode in --modes: measure it with each "
+                          "draft length K (0: no speculation; its own K is added) at each "
+                          "--concurrency, propose vLLM's num_speculative_tokens_per_batch_"
+                          "size and measure the proposal against the fixed K (issue 32)")
 
     rep = sub.add_parser("replay", help="run the decisions over a recorded trace, or a "
                          "closed-loop scenario (--scenario)")
@@ -266,6 +277,13 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--kind", help="incidents of this kind only (default: all)")
     exp.add_argument("--limit", type=int, default=10000, help="at most this many rows")
 
+    rpt = sub.add_parser("report", help="what the supervisor did, and what advise mode "
+                         "would have done, how often and why")
+    _db_policy(rpt)
+    rpt.add_argument("--since", default="7d", help="ISO time (UTC) or an age like 30m, "
+                     "12h, 7d (default: 7d)")
+    rpt.add_argument("--json", action="store_true", help="one JSON object instead of text")
+
     runs = sub.add_parser("runs", help="list recorded engine runs, newest first")
     _db_policy(runs)
     runs.add_argument("--limit", type=int, default=50, help="at most this many runs")
@@ -294,6 +312,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "engine-env": tools.engine_env, "demo-models": tools.demo_models,
     "incidents": listings.incidents, "sample": tools.sample, "incident": listings.incident,
     "history": listings.history, "export": listings.export, "runs": listings.runs,
+    "report": listings.report,
     **dict.fromkeys(levers.COMMANDS, levers.run),
     "install": install.run, "uninstall": install.run, "fleet": fleet.run,
     "agent": agent.run, "dashboards": provision.dashboards,

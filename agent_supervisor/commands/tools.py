@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from agent_supervisor.commands.common import EXIT_OK, EXIT_USAGE, store_of
-from agent_supervisor.policy import build_argv, load_policy_file
+from agent_supervisor.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, store_of
+from agent_supervisor.policy import Policy, build_argv, load_policy_file
 from agent_supervisor.privacy import mask_argv
 
 __all__ = ["bench", "calibrate", "demo_models", "engine_env", "policy_check", "replay",
@@ -90,6 +90,8 @@ def calibrate(args: argparse.Namespace) -> int:
     policy = load_policy_file(args.policy)
     modes = args.modes.split(",") if args.modes else None
     conc = tuple(int(c) for c in args.concurrency.split(","))
+    if getattr(args, "draft_lengths", None):
+        return _calibrate_draft_lengths(args, policy, modes, conc)
     with store_of(policy) as store:
         try:
             profiles = tuple(p for p in args.profiles.split(",") if p)
@@ -102,6 +104,29 @@ def calibrate(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
     return EXIT_OK
+
+
+def _calibrate_draft_lengths(args: argparse.Namespace, policy: Policy, modes: list[str] | None,
+                             conc: tuple[int, ...]) -> int:
+    """``calibrate --draft-lengths``: one mode's draft length by batch size (issue 32)."""
+    from agent_supervisor.calibrate import calibrate_draft_lengths
+
+    if not modes or len(modes) != 1:
+        print("error: --draft-lengths needs exactly one mode in --modes", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        ks = tuple(int(k) for k in args.draft_lengths.split(",") if k)
+        if any(k < 0 for k in ks):
+            raise ValueError(f"--draft-lengths must be integers >= 0, got {args.draft_lengths}")
+        result = asyncio.run(calibrate_draft_lengths(policy, modes[0], ks, concurrency=conc,
+                                                     seconds=args.seconds))
+    except KeyError as exc:
+        print(f"error: no mode {exc} in {args.policy}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK if result["proposal"] is not None else EXIT_FAILED
 
 
 def replay(args: argparse.Namespace) -> int:

@@ -85,3 +85,65 @@ def test_issue_32_llama_server_refuses_a_schedule_naming_the_field() -> None:
             "                         prompt_lookup_max: 4, num_speculative_tokens_per_batch_size:"
             " [[1, 2, 5], [3, 8, 0]]}",
             "--spec-type: ngram-mod, --spec-draft-n-max: -1"))
+
+
+# --- calibrate's proposal (agent_supervisor.calibrate.py) ---
+
+def _rows(table: dict[int, dict[int, float]]) -> list[dict]:
+    return [{"k": k, "concurrency": c, "tokens_per_second_per_request": v}
+            for k, per in table.items() for c, v in per.items()]
+
+
+def test_issue_32_proposal_takes_the_best_k_at_each_load() -> None:
+    from agent_supervisor.calibrate import propose_k_schedule
+    # K=5 at 1 and K=0 at 6 are the README's n-gram figures on this box (287 vs 144,
+    # 68 vs 100 tokens/s per request); the 2- and 4-request values are made up.
+    rows = _rows({0: {1: 144.0, 2: 130.0, 4: 112.0, 6: 100.0},
+                  2: {1: 210.0, 2: 180.0, 4: 120.0, 6: 90.0},
+                  5: {1: 287.0, 2: 190.0, 4: 100.0, 6: 68.0}})
+    p = propose_k_schedule(rows, fixed_k=5, max_batch=8)
+    assert p.best_k == {1: 5, 2: 5, 4: 2, 6: 0}
+    assert p.schedule == [[1, 3, 5], [4, 5, 2], [6, 8, 0]]
+    assert p.max_k == 5
+    assert p.predicted_gain[1] == 1.0
+    assert p.predicted_gain[4] == pytest.approx(120.0 / 100.0)
+    assert p.predicted_gain[6] == pytest.approx(100.0 / 68.0)
+    # The proposal passes vLLM's own rules.
+    assert check_k_schedule(p.schedule, p.max_k)
+
+
+def test_issue_32_proposal_keeps_the_smaller_k_on_a_tie_and_needs_no_schedule() -> None:
+    from agent_supervisor.calibrate import TIE_RATIO, propose_k_schedule
+    near = 200.0 * (1 - TIE_RATIO / 2)
+    rows = _rows({0: {1: 100.0, 4: 90.0}, 3: {1: near, 4: 150.0}, 5: {1: 200.0, 4: 120.0}})
+    p = propose_k_schedule(rows, fixed_k=5)
+    assert p.best_k == {1: 3, 4: 3} and p.schedule is None
+    assert p.predicted_gain[4] == pytest.approx(150.0 / 120.0)
+
+
+def test_issue_32_proposal_refuses_a_sweep_with_holes() -> None:
+    from agent_supervisor.calibrate import propose_k_schedule
+    rows = _rows({0: {1: 100.0, 4: 90.0}, 5: {1: 200.0}})
+    with pytest.raises(ValueError, match=r"missing \(K, concurrency\): \[\(5, 4\)\]"):
+        propose_k_schedule(rows, fixed_k=5)
+    with pytest.raises(ValueError, match="the fixed K 3"):
+        propose_k_schedule(_rows({0: {1: 1.0}, 5: {1: 2.0}}), fixed_k=3)
+
+
+def test_issue_32_sweep_variants_and_the_proposal_rung() -> None:
+    from agent_supervisor.calibrate import k_variants, propose_k_schedule
+    policy = _policy("[[1, 8, 5]]")
+    sweep = k_variants(policy, "ngram", [0, 2, 5])
+    assert [m.name for m in sweep.modes] == ["ngram-k0", "ngram-k2", "ngram-k5"]
+    assert not sweep.modes[0].speculative
+    argv = build_argv(sweep, sweep.modes[1])
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}
+    assert "--max-num-seqs" in argv
+    p = propose_k_schedule(_rows({0: {1: 1.0, 6: 3.0}, 5: {1: 2.0, 6: 1.0}}), 5, 8)
+    rung = k_variants(policy, "ngram", [0, 5], p)
+    argv = build_argv(rung, rung.modes[0])
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 3, 5], [4, 8, 0]]
+    with pytest.raises(ValueError, match="needs a vLLM mode with --speculative-config"):
+        k_variants(policy, "plain", [0, 2])
