@@ -234,6 +234,14 @@ class Policy(_Model):
     """The ladder, ordered fastest first, safest last."""
     initial_mode: str | None = None
     """Mode to start in; default the first (fastest)."""
+    mode: Literal["act", "advise"] = "act"
+    """What the supervisor does with its decisions (not a rung of ``modes``). ``act``:
+    carry them out. ``advise``: sense, decide, record and alert as ever, but act on
+    nothing (no kill, restart, step or shed; the gateway passes through): each decision
+    is recorded as what it would have done (an incident whose action is ``would_*``).
+    The engine is still launched once; after a crash it stays down and a hung one is not
+    killed. ``supervisor run --advise`` and the ``supervisor act`` / ``advise`` levers
+    switch it while the service runs (agent_supervisor/act/advice.py)."""
     restart: Restart = Restart()
     guards: Guards = Guards()
     lifecycle: LifecycleSpec = LifecycleSpec()

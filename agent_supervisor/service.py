@@ -40,6 +40,7 @@ from agent_supervisor.runtime.reload import Reloader
 from agent_supervisor.runtime.service_parts import Listeners, Scheduler
 from agent_supervisor.runtime.startup import StartUp
 from agent_supervisor.runtime.status import LastDecision, StatusView
+from agent_supervisor.runtime.supervision import Supervision
 from agent_supervisor.runtime.tick import Ticker
 from agent_supervisor.runtime.upkeep import Upkeep
 from agent_supervisor.sense.collect import Sensors
@@ -62,11 +63,10 @@ class Supervisor:
     ``await run()`` returns the process exit status: 0 after a clean stop, 1 when the
     last rung exhausted its start limit (GIVE_UP) or the engine outlived its stop, 2
     when a listener could not bind its port. Raises AlreadyRunning (before anything is
-    recorded) when another supervisor holds this policy's state directory.
-    """
+    recorded) when another supervisor holds this policy's state directory."""
 
     def __init__(self, policy: Policy, store: Store, *, trace_path: Path | None = None,
-                 policy_path: Path | None = None) -> None:
+                 policy_path: Path | None = None, advise: bool | None = None) -> None:
         self.holder = PolicyHolder(policy, policy_path)
         self.registry = CollectorRegistry()
         self.writer = RecordWriter(store, spool_path=policy.state_directory / "spool.jsonl",
@@ -88,15 +88,16 @@ class Supervisor:
             self.holder, gpu=GpuSensor(index=policy.sampling.gpu_index),
             kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
             gateway=self.gateway)
+        self.supervision = Supervision(self.holder, self.ladder, self.recorder, advise, self._poke)
         self.executor = self.events.executor = Executor(
             self.holder, self.launcher, self.recorder, poke_at=self._poke_at,
             give_up=self._give_up, kernel_lines=lambda: list(self.sensors.recent_kernel_lines),
-            gateway=self.gateway)
+            gateway=self.gateway, advising=lambda: self.supervision.advising)
         self.nodes = attach_nodes(self)     # an engine across boxes: every rank, every node
         self.last = LastDecision()
         self.status_view = StatusView(self.holder, self.ladder, self.launcher, self.window,
                                       store, self.registry, self.last, self.gateway,
-                                      poke=self._poke)
+                                      poke=self._poke, supervision=self.supervision)
         self.registry.register(self.status_view.collector(lambda: self.writer.spooled))
         register_process_metrics(self.registry)
         self.baselines: Baselines = {}
@@ -127,8 +128,7 @@ class Supervisor:
         return self.holder.current
 
     async def run(self) -> int:
-        """Take the lock, clear leftovers, start ticking, wait for ``request_stop``, then
-        stop cleanly."""
+        """Take the lock, clear leftovers, tick, wait for ``request_stop``, stop cleanly."""
         self.lock.acquire()               # AlreadyRunning: nothing started, nothing written
         self.writer.start()
         await self.writer.flush()          # an earlier life's spooled records go first
@@ -142,6 +142,7 @@ class Supervisor:
                 f"{m} {[f'{c:g}: {t:.0f} tok/s' for c, t in v]}"
                 for m, v in self.baselines.items()))
         await self.startup.clear_leftovers()
+        self.supervision.started()
         if self.trace is not None:       # after adoption and the host-reset check
             st = self.ladder.state
             self.trace.header(fleet=self.policy.fleet, t0_s=st.since_s, rung=st.rung,
@@ -187,10 +188,9 @@ class Supervisor:
             self._stop.set()
 
     async def _shutdown(self) -> None:
-        """1. let the running action finish; 2. hold the gateway, stop the engine;
-        3. close the launcher, the listeners, the alerter, spawned tasks, the sensors;
-        4. write the last telemetry and the clean-stop marker; 5. close the writer, the
-        trace and the lock."""
+        """1. let the running action finish; 2. hold the gateway, stop the engine; 3. close
+        the launcher, the listeners, the alerter, spawned tasks, the sensors; 4. write the
+        last telemetry and the clean-stop marker; 5. close the writer, trace and lock."""
         async with self.ticker.quiet():
             if self.gateway is not None and not self._detach:
                 await self.gateway.hold("supervisor shutting down")

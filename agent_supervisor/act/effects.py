@@ -4,14 +4,17 @@ records. ``decide()`` never logs; this module logs one INFO line per action it t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent_supervisor.act.advice import AdviceLog, carried_out, would
 from agent_supervisor.act.compile_cache import compile_cache_dirs, move_aside
 from agent_supervisor.act.engine_env import engine_environment
 from agent_supervisor.act.engine_run import EngineRun
@@ -106,7 +109,9 @@ class Executor:
 
     ``poke_at(delay_s)`` asks the service for a decision after ``delay_s`` seconds (the
     restart backoff); ``give_up()`` asks it to stop with exit status 1;
-    ``kernel_lines()`` gives the recent classified kernel lines kept for incidents.
+    ``kernel_lines()`` gives the recent classified kernel lines kept for incidents;
+    ``advising()`` says whether the service only advises (``mode: advise``; default
+    never): ``advisory`` is then the one gate between a decision and its effects.
     """
 
     def __init__(
@@ -119,6 +124,7 @@ class Executor:
         give_up: Callable[[], None],
         kernel_lines: Callable[[], list[str]] | None = None,
         gateway: GatewayControl | None = None,
+        advising: Callable[[], bool] | None = None,
     ) -> None:
         self._policy = PolicyHolder.of(policy)
         self.launcher = launcher
@@ -128,13 +134,23 @@ class Executor:
         self._give_up = give_up
         self._kernel_lines = kernel_lines or list
         self._noted: set[tuple[str | None, str]] = set()
+        self._advising = advising or (lambda: False)
+        self._advice = AdviceLog()
 
     @property
     def policy(self) -> Policy:
         """The policy in force (read on use)."""
         return self._policy.current
 
-    async def carry_out(self, decision: Decision, *, from_rung: int) -> None:
+    def advisory(self, decision: Decision) -> bool:
+        """The gate of advisory mode: whether ``decision`` is only recorded as what it
+        would have done (``act/advice.carried_out``: advising, and not the engine's first
+        launch nor a HOLD). The tick asks before it moves the ladder."""
+        return not carried_out(decision, advising=self._advising(),
+                               launched=self.launcher.run is not None)
+
+    async def carry_out(self, decision: Decision, *, from_rung: int,
+                        advisory: bool | None = None) -> None:
         """Do what ``decision`` says. Blocks for as long as stopping the engine takes.
 
         START launches the rung's mode (with a start-up fallback's flags when the decision
@@ -145,12 +161,17 @@ class Executor:
         decision, at once or after the backoff. A hung engine's stacks are read before
         its incident and kill (``_read_stacks``: at most ``lifecycle.stack_dump_seconds``).
         SHED moves the gateway's limits. HOLD records findings the first time they appear
-        in a run.
+        in a run. ``advisory`` (default: ``advisory(decision)``, the tick's answer): only
+        record it as advice (``_advise``).
         """
+        if self.advisory(decision) if advisory is None else advisory:
+            await self._advise(decision, from_rung)
+            return
         action = decision.action
         if action is Action.HOLD:
             self._note(decision, from_rung)
             return
+        self._advice.clear()
         logger.info("action %s: %s", action, decision.explanation)
         self.recorder.decision(str(action))
         if action is Action.START:
@@ -181,6 +202,19 @@ class Executor:
             self._give_up()
             return
         self._poke_at(decision.delay_seconds)
+
+    async def _advise(self, decision: Decision, from_rung: int) -> None:
+        """Advisory mode: record what ``decision`` would have done, with the evidence it
+        would have had (a hung engine's stacks too: reading them stops nothing), once
+        while it keeps being decided (``AdviceLog``), and alert as ever. Nothing else:
+        no kill, stop, start, hold, shed, backoff or give-up."""
+        if not self._advice.first(decision, time.monotonic()):
+            return
+        logger.info("advise: would %s: %s", decision.action, decision.explanation)
+        self.recorder.decision(would(decision.action))
+        at = _now()
+        await self._read_stacks(decision)
+        self._record_incident(decision, from_rung, at, advised=True)
 
     async def _read_stacks(self, decision: Decision) -> None:
         """A hung engine is about to be SIGKILLed: read its stacks first (at most
@@ -262,11 +296,17 @@ class Executor:
         )
 
     def _record_incident(self, decision: Decision, from_rung: int,
-                         at: datetime | None = None) -> None:
+                         at: datetime | None = None, *, advised: bool = False) -> None:
         worst = decision.findings[0] if decision.findings else None
         incident = self._incident(decision, from_rung, worst, str(decision.action), at)
         if worst is not None:
             self._noted.add((worst.run_id, worst.kind))
+        if advised:           # "would have done X because Y"; no rung moved, no transition
+            self.recorder.incident(dataclasses.replace(
+                incident, action=would(decision.action),
+                explanation=f"advise mode, not done: {incident.explanation}",
+                outcome=f"would have: {incident.outcome}"), None, decision.findings)
+            return
         transition = None
         if decision.action in (Action.STEP_DOWN, Action.KILL_NOW, Action.STEP_UP) \
                 and decision.rung != from_rung:

@@ -1,5 +1,5 @@
-"""``supervisor status | pin | unpin | step | pause | resume | restart | logs``: the
-operator's levers, against the running service's admin API (real HTTP, httpx).
+"""``supervisor status | pin | unpin | step | pause | resume | restart | act | advise |
+logs``: the operator's levers, against the running service's admin API (real HTTP, httpx).
 
 Where the service is: ``--url``, else ``$SUPERVISOR_ADMIN_URL``, else the admin host and
 port of ``--policy``, else http://127.0.0.1:8081 (AdminSpec's defaults). The bearer token
@@ -37,7 +37,8 @@ EXIT_REBOOT_REQUIRED = 3
 DEFAULT_URL = "http://127.0.0.1:8081"
 TOKEN_ENV = "SUPERVISOR_ADMIN_TOKEN"
 URL_ENV = "SUPERVISOR_ADMIN_URL"
-COMMANDS = ("status", "pin", "unpin", "step", "pause", "resume", "restart", "logs")
+COMMANDS = ("status", "pin", "unpin", "step", "pause", "resume", "restart", "act", "advise",
+            "logs")
 
 
 class LeverError(Exception):
@@ -87,6 +88,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                           "emergencies still act)"))
     _lever(sub.add_parser("resume", help="undo pause"))
     _lever(sub.add_parser("restart", help="drain and restart the engine in the current mode"))
+    _lever(sub.add_parser("advise", help="advisory mode: decide, record and alert, carry "
+                          "nothing out (no kill, restart, step or shed) until `act`"))
+    _lever(sub.add_parser("act", help="carry decisions out again (from the next tick: a "
+                          "crashed or hung engine is restarted then)"))
     logs = sub.add_parser("logs", help="the engine's log (the running run's file)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing what the "
                       "engine writes, across restarts, until Ctrl-C (default: print and exit)")
@@ -192,7 +197,8 @@ def _act(client: httpx.Client, t: Target, args: argparse.Namespace) -> int:
         return EXIT_OK
     flags = [f"pinned to {out['pinned']}" if out.get("pinned") else None,
              f"stepping to {out['requested']}" if out.get("requested") else None,
-             "paused" if out.get("paused") else None]
+             "paused" if out.get("paused") else None,
+             f"supervision {out['supervision']}" if out.get("supervision") else None]
     print(f"{action}: done; mode {out['mode']}"
           + "".join(f", {f}" for f in flags if f))
     return EXIT_OK

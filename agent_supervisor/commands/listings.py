@@ -1,5 +1,5 @@
 """The read-only commands over the store: ``incidents``, ``incident``, ``history``,
-``export``, ``runs``. Each opens the policy's store and closes it."""
+``export``, ``runs``, ``report``. Each opens the policy's store and closes it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from datetime import UTC, datetime, timedelta
 from agent_supervisor.commands.common import EXIT_FAILED, EXIT_OK, since, store_of
 from agent_supervisor.policy import load_policy_file
 
-__all__ = ["export", "history", "incident", "incidents", "runs"]
+__all__ = ["export", "history", "incident", "incidents", "report", "runs"]
+
+#: ``report`` reads at most this many incidents of its period.
+REPORT_LIMIT = 100_000
 
 
 def incidents(args: argparse.Namespace) -> int:
@@ -91,4 +94,16 @@ def runs(args: argparse.Namespace) -> int:
     with store_of(load_policy_file(args.policy)) as store:
         rows = store.runs(limit=args.limit)
         print(runs_json(rows) if args.json else runs_table(rows))
+    return EXIT_OK
+
+
+def report(args: argparse.Namespace) -> int:
+    """``supervisor report``: what was done and what advise mode would have done, how
+    often and why (agent_supervisor/show/report.py)."""
+    from agent_supervisor.show.report import report_json, report_summary, report_text
+
+    start = since(args.since)
+    with store_of(load_policy_file(args.policy)) as store:
+        summary = report_summary(store.incidents(since=start, limit=REPORT_LIMIT), start)
+    print(report_json(summary) if args.json else report_text(summary))
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""``supervisor run --policy FILE [--record TRACE]``: the service, until SIGTERM.
+"""``supervisor run --policy FILE [--record TRACE] [--advise]``: the service, until SIGTERM
+(``--advise``: advisory mode, agent_supervisor/act/advice.py).
 
 SIGTERM/SIGINT stop it cleanly, SIGHUP reloads the policy, SIGUSR1 exits leaving the
 engine and the gateway process running for the next life to adopt (an upgrade: start
@@ -35,8 +36,9 @@ logger = logging.getLogger("agent_supervisor")
 
 
 async def run_service(policy: Policy, trace: Path | None = None,
-                      policy_path: Path | None = None) -> int:
-    """Run the service in this loop; returns its exit status."""
+                      policy_path: Path | None = None, advise: bool | None = None) -> int:
+    """Run the service in this loop; returns its exit status. ``advise``: advisory mode
+    whatever the policy says (``--advise``; None: the policy's ``mode``)."""
     from agent_supervisor.record.database import safe_url
     from agent_supervisor.service import Supervisor
 
@@ -47,7 +49,8 @@ async def run_service(policy: Policy, trace: Path | None = None,
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        sup = Supervisor(policy, store, trace_path=trace, policy_path=policy_path)
+        sup = Supervisor(policy, store, trace_path=trace, policy_path=policy_path,
+                         advise=advise)
         if corrupt is not None:
             sup.recorder.incident(corrupt)
         loop = asyncio.get_running_loop()
@@ -114,4 +117,5 @@ def main(args: argparse.Namespace) -> int:
     import uvloop
 
     policy = load_policy_file(args.policy)
-    return uvloop.run(run_service(policy, args.record, args.policy))
+    return uvloop.run(run_service(policy, args.record, args.policy,
+                                  getattr(args, "advise", None)))

@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from agent_supervisor import __version__
+from agent_supervisor.act.advice import ACT, ADVISE
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.ladder import LadderState
@@ -22,6 +23,7 @@ from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.record.store import Store
 from agent_supervisor.runtime.gateway_link import GatewayLink
 from agent_supervisor.runtime.levers import Ladder
+from agent_supervisor.runtime.supervision import Supervision
 from agent_supervisor.show.api.models import DecisionOut, LadderRung, StatusOut
 from agent_supervisor.show.metrics import StateCollector, StateView
 from agent_supervisor.telemetry.rates import EngineRates, engine_rates
@@ -53,7 +55,7 @@ class StatusView:
     def __init__(self, policy: PolicyHolder, ladder: Ladder, launcher: EngineLauncher,
                  window: Window, store: Store, registry: CollectorRegistry,
                  last: LastDecision, gateway: Gateway | GatewayLink | None, *,
-                 poke: Callable[[], None]) -> None:
+                 poke: Callable[[], None], supervision: Supervision | None = None) -> None:
         self._policy = policy
         self.ladder = ladder
         self.launcher = launcher
@@ -63,6 +65,8 @@ class StatusView:
         self.last = last
         self.gateway = gateway
         self._poke = poke
+        self.supervision = supervision
+        """Act or advise (None: always act); the ``act`` and ``advise`` levers switch it."""
         self.started_s = time.monotonic()
 
     @property
@@ -97,7 +101,14 @@ class StatusView:
         return list(self.window)
 
     def operate(self, action: str, mode: str | None = None) -> LadderState:
-        """Pull an operator lever (``Ladder.operate``), then decide at once."""
+        """Pull an operator lever (``Ladder.operate``; ``act`` and ``advise``: the
+        supervision mode, ``Supervision.switch``), then decide at once. Raises ValueError
+        for a lever this service cannot pull."""
+        if action in (ACT, ADVISE):
+            if self.supervision is None:
+                raise ValueError("this service has no advise mode")
+            self.supervision.switch(action)          # recorded; it asks for a decision
+            return self.ladder.state
         state = self.ladder.operate(action, mode)
         self._poke()
         return state
@@ -136,6 +147,7 @@ class StatusView:
             else round(now - self.last.at_s, 1),
             uptime_seconds=round(now - self.started_s, 1),
             reboot_required=reboot_required(ladder.reboot_required, self.last.reboot),
+            supervision=ACT if self.supervision is None else self.supervision.mode,
         )
 
     @staticmethod

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
+from agent_supervisor.act.advice import as_held
 from agent_supervisor.act.effects import Executor
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decide import decide
@@ -75,8 +76,12 @@ class Ticker:
                 self.trace.sample(sample)
             decision = decide(self.window, self.ladder.state, self._policy.current, now,
                               self._baselines(), acceptance=self._acceptance())
+            # Advisory mode (act/advice.py): a decision only advised moves the ladder as a
+            # HOLD would and never interrupts the action in progress.
+            advisory = self.executor.advisory(decision)
             if self._action is not None and not self._action.done():
-                if decision.action not in (Action.KILL_NOW, Action.REBOOT_REQUIRED):
+                if advisory or decision.action not in (Action.KILL_NOW,
+                                                       Action.REBOOT_REQUIRED):
                     if self.trace is not None:
                         self.trace.skip(now)
                     return None
@@ -88,9 +93,9 @@ class Ticker:
             self.last.set(decision, now)
             if self._observe is not None:
                 self._observe(decision, self.ladder.state.rung, now)
-            from_rung = self.ladder.advance(decision, now)
+            from_rung = self.ladder.advance(as_held(decision) if advisory else decision, now)
             self._action = asyncio.get_running_loop().create_task(
-                self._carry_out(decision, from_rung))
+                self._carry_out(decision, from_rung, advisory))
             return decision
 
     @contextlib.asynccontextmanager
@@ -110,9 +115,9 @@ class Ticker:
             return None
         return max(0.0, now - last - self._policy.current.sampling.tick_seconds)
 
-    async def _carry_out(self, decision: Decision, from_rung: int) -> None:
+    async def _carry_out(self, decision: Decision, from_rung: int, advisory: bool) -> None:
         try:
-            await self.executor.carry_out(decision, from_rung=from_rung)
+            await self.executor.carry_out(decision, from_rung=from_rung, advisory=advisory)
         except Exception:
             logger.exception("carrying out %s failed", decision.action)
 

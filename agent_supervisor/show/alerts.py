@@ -30,8 +30,10 @@ ALERT_SEVERITIES = ("emergency", "critical")
 #: log the service cannot read (its Xid, NV_ERR_NO_MEMORY and OOM guards are blind, issue 34).
 ALERT_KINDS = ("spec_acceptance_anomaly", "kernel_log_unreadable")
 #: Actions a person hears of whatever the severity: a planned restart interrupts serving
-#: (memory creep handed back at a calm moment, a launch-lottery redraw).
-ALERT_ACTIONS = ("planned_restart",)
+#: (memory creep handed back at a calm moment, a launch-lottery redraw). Advise mode's
+#: would-be ones too, and its step down (acting, the rung change alerts: no transition
+#: is recorded for advice).
+ALERT_ACTIONS = ("planned_restart", "would_planned_restart", "would_step_down")
 
 
 def alert_payload(fleet: str, incident: Incident, transition: Transition | None,

@@ -11,13 +11,15 @@ from agent_supervisor.show.api.models import ActionIn
 
 router = APIRouter(prefix="/api/actions", tags=["actions"], dependencies=[TokenAccess])
 
-ACTIONS = ("pin", "unpin", "step-down", "step-up", "pause", "resume", "restart")
+ACTIONS = ("pin", "unpin", "step-down", "step-up", "pause", "resume", "restart", "act",
+           "advise")
 
 
 @router.post("/{action}")
 async def act(sup: SupervisorDep, action: str, body: ActionIn | None = None) -> dict[str, Any]:
     """pin (body: mode), unpin, step-down, step-up (one rung, once), pause, resume,
-    restart (drain and restart the current mode)."""
+    restart (drain and restart the current mode); act, advise (carry decisions out, or
+    only record what they would have done: issue 31)."""
     if action not in ACTIONS:
         raise HTTPException(404, f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     mode = body.mode if body else None
@@ -33,4 +35,4 @@ async def act(sup: SupervisorDep, action: str, body: ActionIn | None = None) -> 
     return {"action": action, "mode": names[ladder.rung],
             "pinned": None if ladder.pinned is None else names[ladder.pinned],
             "requested": None if ladder.requested is None else names[ladder.requested],
-            "paused": ladder.paused}
+            "paused": ladder.paused, "supervision": sup.status().supervision}

@@ -59,6 +59,9 @@ class StatusOut(BaseModel):
     reboot_required: dict[str, Any] | None = None
     """Set while the ladder holds because the box needs a reboot (issue 12): kind,
     recommended_action (NVIDIA NVSentinel's words), explanation."""
+    supervision: str = "act"
+    """``act``: decisions are carried out; ``advise``: only recorded as what they would
+    have done (issue 31; the ``act`` and ``advise`` levers switch it)."""
 
 
 class IncidentOut(BaseModel):

@@ -127,6 +127,7 @@ function renderStatus(st) {
     if (st.pinned === r.mode) tags.push(["pinned", "pinned"]);
     if (r.current && st.paused) tags.push(["paused", "paused"]);
     if (r.current && st.shed) tags.push(["shed", "shedding load"]);
+    if (r.current && st.supervision === "advise") tags.push(["advise", "advise only"]);
     if (r.barred_until_seconds !== null) {
       tags.push(["barred", `barred ${duration(r.barred_until_seconds)}`]);
     }
@@ -152,6 +153,9 @@ function renderStatus(st) {
 // requests or the engine does not serve is said in the warning colour with what happens;
 // a hold with all well is grey ("no change"), never green.
 function actionBadge(d, st) {
+  if (st.supervision === "advise" && !["hold", "start"].includes(d.action)) {
+    return el("span", { class: "advice" }, `would ${d.action}`);       // issue 31
+  }
   if (d.action !== "hold") return el("span", { class: `action action-${d.action}` }, d.action);
   const held = st.gateway && st.gateway.held;
   if (held || st.engine_state !== "ready") {
@@ -347,15 +351,19 @@ function renderIncidents(list) {
     box.replaceChildren(el("li", { class: "muted" }, "No incidents recorded."));
     return;
   }
+  // An advise-mode decision (action would_*: recorded, not carried out) in its own colour.
+  const advised = (i) => i.action.startsWith("would_");
   box.replaceChildren(...list.map((i) => el("li", {
-    class: `incident sev-${i.severity}${i.id === selectedIncident ? " selected" : ""}`,
+    class: `incident sev-${i.severity}${advised(i) ? " advisory" : ""}` +
+      `${i.id === selectedIncident ? " selected" : ""}`,
     "data-id": i.id, "data-kind": i.kind, tabindex: "0",
     onclick: () => showIncident(i.id),
     onkeydown: (e) => { if (e.key === "Enter") showIncident(i.id); },
   },
   el("div", { class: "incident-head" },
     el("span", { class: `sev sev-${i.severity}` }, i.severity),
-    el("b", {}, i.kind), el("span", { class: "muted" }, `#${i.id} · ${clock(i.started_at)}`)),
+    el("b", {}, i.kind), advised(i) ? el("span", { class: "advice" }, "advice") : null,
+    el("span", { class: "muted" }, `#${i.id} · ${clock(i.started_at)}`)),
   el("div", { class: "incident-line" },
     `${i.mode ?? "no mode"} → ${i.action}${i.outcome ? `: ${i.outcome}` : ""}`))));
 }

@@ -1,5 +1,5 @@
-// The operator's levers on the dashboard: pin, unpin, step down, step up, pause, resume and
-// restart, each through POST api/actions/{action} with the bearer token. The token is asked
+// The operator's levers on the dashboard: pin, unpin, step down, step up, pause, resume,
+// restart, advise only and act, each through POST api/actions/{action} with the bearer token. The token is asked
 // once and kept for this tab only (sessionStorage, shared with app.js's reads); every
 // button first says what will happen and asks to confirm. Tested by
 // tests/browser/test_issue_19_levers.py against a running service.
@@ -28,6 +28,13 @@ const LEVERS = [
   { action: "restart", label: "Restart", enabled: () => true,
     says: (st) => `Restart the engine in ${st.mode}: requests in flight are drained, the ` +
       "engine stops and starts again in the same mode." },
+  // Issue 31: advise mode records what each decision would have done and does nothing.
+  { action: "advise", label: "Advise only", enabled: (st) => st.supervision !== "advise",
+    says: () => "Advise only: the supervisor keeps deciding, recording and alerting, but " +
+      "carries nothing out (no kill, restart, step or shed) until you switch back to act." },
+  { action: "act", label: "Act", enabled: (st) => st.supervision === "advise",
+    says: () => "Act: decisions are carried out again from the next tick (a crashed or " +
+      "hung engine is restarted then)." },
 ];
 
 // Issue 33: the mode the Pin menu offers until the operator picks one. It used to offer
@@ -82,7 +89,8 @@ async function pull(lever) {
   if (lever.mode) delete $("#lever-mode").dataset.chosen;    // the next default is safePin
   note(`${lever.label}: done; mode ${body.mode}` +
     (body.requested ? `, stepping to ${body.requested}` : "") +
-    (body.pinned ? `, pinned to ${body.pinned}` : "") + (body.paused ? ", paused" : ""));
+    (body.pinned ? `, pinned to ${body.pinned}` : "") + (body.paused ? ", paused" : "") +
+    (body.supervision === "advise" ? ", advise only" : ""));
 }
 
 function note(text, error = false) {
