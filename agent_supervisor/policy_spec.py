@@ -8,8 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["SCHEDULE_KEY", "check_flag_value", "check_k_schedule", "check_speculative_config",
-           "spares_large_batches"]
+from pydantic import BaseModel
+
+from agent_supervisor.policy_base import POLICY_CONFIG, Count, CountOrZero, Ratio, Seconds
+
+__all__ = ["SCHEDULE_KEY", "TopRungSpec", "check_flag_value", "check_k_schedule",
+           "check_speculative_config", "spares_large_batches"]
 
 _POSITIVE_INT_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes")
 
@@ -122,3 +126,27 @@ def spares_large_batches(spec: Any) -> bool:
     if not schedule:
         return False
     return bool(max(schedule, key=lambda e: e[0])[2] == 0)
+
+
+class TopRungSpec(BaseModel):
+    """Which speculative mode is the top of the ladder, chosen by the traffic (issue 32;
+    ``agent_supervisor.decide.top_rung``). Each switch restarts the engine; these keep it
+    rare and worth its cost."""
+
+    model_config = POLICY_CONFIG
+
+    max_switches_per_hour: Count = 2
+    """At most this many switches of the top rung in any hour (each one restarts the
+    engine: a minute or more without serving on a GB10)."""
+    margin_ratio: Ratio = 0.1
+    """A mode replaces the top only when predicted at least 10% faster per request than
+    it; going back needs the same margin the other way (hysteresis)."""
+    sustain_seconds: Seconds = 300.0
+    """The evidence (load, acceptance at position 0) is averaged over this long, and the
+    better mode must lead by the margin this long before a switch."""
+    stable_horizon_seconds: Seconds = 1800.0
+    """The stable period still to come is taken as long as the lead has held so far, at
+    most this: the predicted gain over it must exceed the target's measured start time."""
+    calm_max_requests: CountOrZero = 1
+    """The switch waits for a calm moment: at most this many requests running and none
+    waiting."""
