@@ -48,7 +48,7 @@ from agent_supervisor.policy_guards import (
     Storage,
 )
 from agent_supervisor.policy_nodes import DistributedSpec, NodeSpec, check_nodes
-from agent_supervisor.policy_spec import check_flag_value
+from agent_supervisor.policy_spec import TopRungSpec, check_flag_value
 from agent_supervisor.policy_yaml import load_policy, load_policy_file
 
 __all__ = ["ArgValue", "EngineSpec", "Mode", "Policy", "Restart", "Sampling", "StartupFallback",
@@ -252,6 +252,10 @@ class Policy(_Model):
     recovery: RecoverySpec = RecoverySpec()
     sampling: Sampling = Sampling()
     storage: Storage = Storage()
+    top_rung: TopRungSpec = TopRungSpec()
+    """Which speculative mode is the top of the ladder, chosen by the traffic (issue 32,
+    agent_supervisor/decide/top_rung.py). Not yet read by ``supervisor run``: the choice
+    is replayed and tested, not wired into the live ladder."""
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from itertools import pairwise
 
 import pytest
 
@@ -186,3 +187,18 @@ def test_issue_32_evidence_of_the_window() -> None:
     for i in range(61):
         plain.tick(i * TICK, "nospec", 0.5, 3.0)
     assert traffic_of(plain.window, 300.0, 300.0).acceptance_pos0 is None
+
+
+def test_issue_32_the_rules_are_a_policy_section() -> None:
+    from agent_supervisor.errors import PolicyError
+    from agent_supervisor.policy import load_policy
+    text = ("fleet: t\nengine: {executable: vllm}\nmodes: [{name: mtp}, {name: dspark}]\n"
+            "top_rung: {max_switches_per_hour: 1, sustain_seconds: 120}\n")
+    policy = load_policy(text)
+    assert policy.top_rung.max_switches_per_hour == 1
+    choices = replay(3, 4.0, lambda t: 0.95 if int(t // 600) % 2 else 0.0,
+                     lambda _r, _t: (1.0, 0.0), top="mtp", rules=policy.top_rung)
+    times = [t for t, _ in switches(choices)]
+    assert times and all(b - a >= 3600 for a, b in pairwise(times))
+    with pytest.raises(PolicyError, match=r"top_rung\.max_switches_per_hour"):
+        load_policy(text.replace("max_switches_per_hour: 1", "max_switches_per_hour: 0"))
