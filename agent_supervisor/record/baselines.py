@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 
+from agent_supervisor.decide.top_rung import TopRungFigures
 from agent_supervisor.policy import Mode, Policy, build_argv
 from agent_supervisor.record.store import Store
 from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 
-__all__ = ["RUN_ROWS", "args_digest", "load_acceptance", "load_baselines"]
+__all__ = ["RUN_ROWS", "args_digest", "load_acceptance", "load_baselines",
+           "load_top_rung_figures"]
 
 #: Good runs averaged for a mode's usual acceptance (the newest first).
 RUN_ROWS = 3
@@ -56,3 +59,33 @@ def load_acceptance(store: Store, policy: Policy) -> AcceptanceBaselines:
         same = [r for r in measured if len(r) == k]
         out[mode] = tuple(round(sum(r[i] for r in same) / len(same), 4) for i in range(k))
     return out
+
+
+def load_top_rung_figures(store: Store, policy: Policy) -> TopRungFigures:
+    """What the top-rung choice reads (``decide.top_rung``, issue 32), for the policy's
+    current modes: tokens/s per request by concurrency per workload profile and the
+    acceptance at draft position 0 per profile (mean over the concurrencies measured) from
+    ``supervisor calibrate --profiles`` (rows measured with the current arguments only),
+    and each mode's start time: the median of its recorded launch-to-ready seconds on
+    this host. A mode never measured is absent from each."""
+    digests = {m.name: args_digest(policy, m) for m in policy.modes}
+    rates: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    first: dict[str, dict[str, list[float]]] = {}
+    for row in store.profile_baselines():
+        if row.profile is None or digests.get(row.mode) != row.args_digest:
+            continue
+        rates.setdefault(row.mode, {}).setdefault(row.profile, []).append(
+            (float(row.concurrency), row.tokens_per_second_per_request))
+        if row.acceptance_by_position:
+            first.setdefault(row.mode, {}).setdefault(row.profile, []).append(
+                float(row.acceptance_by_position[0]))
+    starts: dict[str, list[float]] = {}
+    for mode, seconds in store.start_durations():
+        if mode in digests:
+            starts.setdefault(mode, []).append(seconds)
+    return TopRungFigures(
+        tokens_per_second={m: {p: sorted(v) for p, v in per.items()}
+                           for m, per in rates.items()},
+        acceptance={m: {p: sum(v) / len(v) for p, v in per.items()}
+                    for m, per in first.items()},
+        start_seconds={m: statistics.median(v) for m, v in starts.items()})

@@ -202,3 +202,49 @@ def test_issue_32_the_rules_are_a_policy_section() -> None:
     assert times and all(b - a >= 3600 for a, b in pairwise(times))
     with pytest.raises(PolicyError, match=r"top_rung\.max_switches_per_hour"):
         load_policy(text.replace("max_switches_per_hour: 1", "max_switches_per_hour: 0"))
+
+
+def test_issue_32_figures_from_the_store(tmp_path) -> None:
+    # Calibration rows per profile and recorded starts become the choice's figures.
+    from datetime import UTC, datetime, timedelta
+
+    from agent_supervisor.policy import load_policy
+    from agent_supervisor.record.baselines import args_digest, load_top_rung_figures
+    from agent_supervisor.record.records import AddRun, UpdateRun
+    from agent_supervisor.record.store import Store, make_engine, upgrade
+    policy = load_policy(
+        "fleet: t\nengine: {executable: vllm}\nmodes:\n"
+        "  - {name: dspark, args: {--speculative-config: {method: mtp, "
+        "num_speculative_tokens: 3}}}\n  - {name: mtp, args: {--speculative-config: "
+        "{method: mtp, num_speculative_tokens: 2}}}\n")
+    engine = make_engine(f"sqlite:///{tmp_path}/s.db")
+    upgrade(engine)
+    store = Store(engine, fleet="t", host="h")
+    now = datetime.now(UTC)
+    for mode in policy.modes:
+        for profile, conc, rate, acc in (("code", 1, 51.5, 0.82), ("code", 4, 40.0, 0.78),
+                                         ("long_form", 1, 18.3, 0.35)):
+            store.add_baseline(mode=mode.name, args_digest=args_digest(policy, mode),
+                               concurrency=conc, measured_at=now,
+                               tokens_per_second_per_request=rate,
+                               tokens_per_second_total=rate * conc, ttft_seconds=None,
+                               acceptance_by_position=[acc, acc / 2], peak_rss_bytes=None,
+                               mem_available_min_bytes=None, seconds=20.0, requests=10,
+                               profile=profile)
+    store.add_baseline(mode="dspark", args_digest="another-build", concurrency=8,
+                       measured_at=now, tokens_per_second_per_request=1.0,
+                       tokens_per_second_total=8.0, ttft_seconds=None,
+                       acceptance_by_position=[0.1], peak_rss_bytes=None,
+                       mem_available_min_bytes=None, seconds=20.0, requests=1,
+                       profile="code")
+    for i, seconds in enumerate((30.0, 40.0, 36.0)):
+        store.apply(AddRun(run_id=f"r{i}", mode="dspark", rung=0, argv=[], pid=1, port=1,
+                           log_path="", started_at=now))
+        store.apply(UpdateRun(run_id=f"r{i}", values={
+            "ready_at": now + timedelta(seconds=seconds), "startup_seconds": seconds}))
+    figures = load_top_rung_figures(store, policy)
+    assert figures.tokens_per_second["dspark"] == {"code": [(1.0, 51.5), (4.0, 40.0)],
+                                                   "long_form": [(1.0, 18.3)]}
+    assert figures.acceptance["dspark"]["code"] == pytest.approx(0.80)
+    assert figures.start_seconds == {"dspark": 36.0}
+    assert figures.profiles == ("code", "long_form")
