@@ -198,7 +198,8 @@ def _act(client: httpx.Client, t: Target, args: argparse.Namespace) -> int:
     flags = [f"pinned to {out['pinned']}" if out.get("pinned") else None,
              f"stepping to {out['requested']}" if out.get("requested") else None,
              "paused" if out.get("paused") else None,
-             f"supervision {out['supervision']}" if out.get("supervision") else None]
+             f"supervision {out['supervision']}" if out.get("supervision") == "advise"
+             or action in ("act", "advise") else None]
     print(f"{action}: done; mode {out['mode']}"
           + "".join(f", {f}" for f in flags if f))
     return EXIT_OK

@@ -105,7 +105,8 @@ class SupervisorMetrics:
             "Guard findings acted on or recorded, by guard, kind and severity.",
             ["guard", "kind", "severity"], registry=registry)
         self.decisions = Counter("supervisor_decisions_total",
-                                 "Decisions other than hold, by action.", ["action"],
+                                 "Decisions other than hold, by action (advise mode: "
+                                 "would_<action>, recorded, not carried out).", ["action"],
                                  registry=registry)
         self.rung_changes = Counter(
             "supervisor_rung_changes_total",
