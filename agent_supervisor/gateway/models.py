@@ -43,7 +43,7 @@ from agent_supervisor.gateway.visibility import supervisor_mark
 from agent_supervisor.policy import build_argv
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.view import GatewayView
 
 __all__ = ["MODELS_PATH", "aliased", "engine_models", "policy_models", "served_names"]
 
@@ -89,7 +89,7 @@ def served_names(kind: str, argv: Sequence[str]) -> list[str]:
     return []
 
 
-def policy_models(gw: Gateway) -> Response | None:
+def policy_models(gw: GatewayView) -> Response | None:
     """The gateway's own ``/v1/models`` answer for the current mode, or None when no
     name can be told from the policy (the request then waits for the engine)."""
     policy = gw.policy
@@ -107,7 +107,7 @@ def policy_models(gw: Gateway) -> Response | None:
                     media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
-def aliased(gw: Gateway, body: dict[str, Any], raw: bytes) -> bytes:
+def aliased(gw: GatewayView, body: dict[str, Any], raw: bytes) -> bytes:
     """``raw`` with an aliased ``model`` replaced by its served name (``body`` too), or
     ``raw`` itself when its model is no alias."""
     aliases = gw.spec.model_aliases
@@ -118,7 +118,7 @@ def aliased(gw: Gateway, body: dict[str, Any], raw: bytes) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _add_aliases(gw: Gateway, data: list[Any]) -> None:
+def _add_aliases(gw: GatewayView, data: list[Any]) -> None:
     """Each alias whose target is in ``data`` appended as a copy named for it."""
     by_id = {m.get("id"): m for m in data if isinstance(m, dict)}
     for alias, target in gw.spec.model_aliases.items():
@@ -126,7 +126,7 @@ def _add_aliases(gw: Gateway, data: list[Any]) -> None:
             data.append({**by_id[target], "id": alias})
 
 
-def engine_models(gw: Gateway, content: bytes) -> bytes:
+def engine_models(gw: GatewayView, content: bytes) -> bytes:
     """The engine's ``/v1/models`` answer with ``"supervisor"`` (``supervisor_mark``) on
     each model object and the aliases added, read and written once; ``content`` unchanged
     when it is not the OpenAI list shape."""

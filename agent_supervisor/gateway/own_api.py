@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.view import GatewayView
 
 __all__ = ["gateway_api"]
 
 
-def gateway_api(gw: Gateway) -> FastAPI:
+def gateway_api(gw: GatewayView) -> FastAPI:
     """The FastAPI app for ``/gateway/`` over ``gw``."""
     app = FastAPI(title="supervisor gateway", docs_url=None, redoc_url=None,
                   openapi_url=None)

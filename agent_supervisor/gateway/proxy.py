@@ -70,7 +70,7 @@ from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 from agent_supervisor.gateway.visibility import answer_headers, mode_headers
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.view import GatewayView
 
 __all__ = ["ADMITTED_PATHS", "GatewayApp", "openai_error"]
 
@@ -97,7 +97,7 @@ class GatewayApp:
     unexpected error in the proxy still answers, in the caller's API shape.
     """
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: GatewayView) -> None:
         self.gw = gw
         self.api = gateway_api(gw)
         self.readiness = Readiness(gw)
@@ -173,7 +173,7 @@ def _closing(send: Send) -> Send:
     return closing_send
 
 
-def _refuse_path(gw: Gateway, raw_path: bytes) -> Response:
+def _refuse_path(gw: GatewayView, raw_path: bytes) -> Response:
     api = gw.routes.api_of(raw_path)
     why = not_normal(raw_path)
     gw.metrics.rejections.labels("path").inc()
@@ -191,7 +191,7 @@ def _agent_key(request: Request) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
-def _check_auth(gw: Gateway, request: Request, api: Api) -> Response | None:
+def _check_auth(gw: GatewayView, request: Request, api: Api) -> Response | None:
     if gw.spec.auth != "keys":
         return None
     token = _agent_key(request)
@@ -206,7 +206,7 @@ def _check_auth(gw: Gateway, request: Request, api: Api) -> Response | None:
                      type_="invalid_request_error", code="invalid_api_key")
 
 
-def upstream_headers(gw: Gateway, request: Request) -> dict[str, str]:
+def upstream_headers(gw: GatewayView, request: Request) -> dict[str, str]:
     """The client's headers for the engine: hop-by-hop ones dropped; the key the engine
     wants (vLLM's ``--api-key`` reads ``Authorization: Bearer`` only:
     vllm/entrypoints/serve/middleware/authenticate.py), so an ``x-api-key`` becomes one
@@ -222,7 +222,7 @@ def upstream_headers(gw: Gateway, request: Request) -> dict[str, str]:
     return headers
 
 
-async def _read_body(gw: Gateway, request: Request, api: Api) -> bytes | Response:
+async def _read_body(gw: GatewayView, request: Request, api: Api) -> bytes | Response:
     """The body, or a 413 once it passes ``max_body_bytes`` (nothing more is read)."""
     cap = gw.spec.max_body_bytes
     declared = request.headers.get("content-length")
@@ -246,14 +246,14 @@ async def _read_body(gw: Gateway, request: Request, api: Api) -> bytes | Respons
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _too_large(gw: Gateway, api: Api, cap: int) -> Response:
+def _too_large(gw: GatewayView, api: Api, cap: int) -> Response:
     gw.metrics.rejections.labels("body_too_large").inc()
     return api_error(api, 413, f"the request body is larger than {cap} bytes "
                      "(gateway.max_body_bytes)", type_="invalid_request_error",
                      code="request_too_large", headers={"Connection": "close"})
 
 
-async def _prompt_check(gw: Gateway, body: dict[str, Any],
+async def _prompt_check(gw: GatewayView, body: dict[str, Any],
                         api: Api) -> tuple[int, Response | None]:
     tokens = estimate_tokens(body)
     limit = gw.admission.limits.max_prompt_tokens
@@ -272,7 +272,7 @@ async def _prompt_check(gw: Gateway, body: dict[str, Any],
         code="context_length_exceeded", param=param)
 
 
-async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Response:
+async def handle(gw: GatewayView, request: Request, route: Route, api: Api) -> Response:
     """Authenticate, check, admit, forward; see the module docstring. Raises ClientGone."""
     denied = _check_auth(gw, request, api)
     if denied is not None:
@@ -303,7 +303,7 @@ async def handle(gw: Gateway, request: Request, route: Route, api: Api) -> Respo
     return await _admitted(gw, request, route, api, path, raw, body)
 
 
-async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path: str,
+async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, path: str,
                     raw: bytes, body: dict[str, Any]) -> Response:
     if route is not Route.ADMIT:
         return await _forward(gw, request, api, path, raw, None)
@@ -343,7 +343,7 @@ async def _admitted(gw: Gateway, request: Request, route: Route, api: Api, path:
         raise
 
 
-async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: bytes,
+async def _forward(gw: GatewayView, request: Request, api: Api, path: str, raw: bytes,
                    slot: Slot | None, *, plan: Resumption | None = None,
                    watch: AnswerWatch | None = None, held_s: float = 0.0,
                    ) -> WholeResponse | StreamResponse | Response:
@@ -404,7 +404,7 @@ async def _forward(gw: Gateway, request: Request, api: Api, path: str, raw: byte
     raise AssertionError("unreachable: the loop returns")
 
 
-async def _crashed(gw: Gateway, epoch: int) -> bool:
+async def _crashed(gw: GatewayView, epoch: int) -> bool:
     """After a 5xx answer to an admitted request: whether it came from an engine going
     down, which then came back (the request is sent again) or not.
 

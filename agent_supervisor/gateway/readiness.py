@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.view import GatewayView
 
 __all__ = ["HEALTH_CACHE_SECONDS", "LIVE_PATH", "PROBE_PATHS", "READY_PATHS", "Readiness"]
 
@@ -44,7 +44,7 @@ HEALTH_CACHE_SECONDS = 1.0
 class Readiness:
     """The probes' answers over ``gw``."""
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: GatewayView) -> None:
         self.gw = gw
         self._health: tuple[float, bool] | None = None
 

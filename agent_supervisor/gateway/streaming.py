@@ -38,7 +38,7 @@ from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 from agent_supervisor.gateway.visibility import held_comment, resumed_comment
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.view import GatewayView
 
 __all__ = ["CLIENT_HIGH_WATER", "DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS",
            "ChunkWriter", "StreamResponse", "WholeResponse", "response_headers",
@@ -65,7 +65,7 @@ CLIENT_HIGH_WATER = 256 * 1024
 _KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue\n\n"
 
 
-async def send_upstream(gw: Gateway, method: str, path: str, query: str, raw: bytes,
+async def send_upstream(gw: GatewayView, method: str, path: str, query: str, raw: bytes,
                         headers: dict[str, str]) -> UpstreamResponse:
     """One request to the engine; raises UpstreamError or TimeoutError."""
     assert gw.upstream is not None, "Gateway.start() opens the upstream connections"
@@ -160,7 +160,7 @@ class ChunkWriter:
 class _Stream:
     """One client's stream: the upstream response now read, the slot, the outcome."""
 
-    def __init__(self, gw: Gateway, api: Api, resp: UpstreamResponse,
+    def __init__(self, gw: GatewayView, api: Api, resp: UpstreamResponse,
                  slot: Slot | None, plan: Resumption | None,
                  headers: dict[str, str], query: str, watch: AnswerWatch | None,
                  path: str | None = None) -> None:
@@ -336,7 +336,7 @@ class _Stream:
         return True
 
 
-def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | None,
+def stream_response(gw: GatewayView, api: Api, resp: UpstreamResponse, slot: Slot | None,
                     plan: Resumption | None, headers: dict[str, str], query: str,
                     watch: AnswerWatch | None = None, path: str | None = None,
                     extra: list[tuple[bytes, bytes]] | None = None) -> StreamResponse:
@@ -349,7 +349,7 @@ def stream_response(gw: Gateway, api: Api, resp: UpstreamResponse, slot: Slot | 
                           stream.pump, stream.close)
 
 
-async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
+async def _await_engine(gw: GatewayView, epoch: int) -> AsyncIterator[bytes]:
     """Yield keep-alive comments until the engine serves again: a switch since
     ``epoch`` that has completed, or (no switch noticed, the engine still called ready)
     after a short grace, or the hold timeout."""
@@ -369,7 +369,7 @@ async def _await_engine(gw: Gateway, epoch: int) -> AsyncIterator[bytes]:
 
 
 
-async def _resume_upstream(gw: Gateway, plan: Resumption, tap: StreamTap,
+async def _resume_upstream(gw: GatewayView, plan: Resumption, tap: StreamTap,
                            headers: dict[str, str], query: str) -> UpstreamResponse | None:
     """Send the continuation; on failure wait for the engine again (within the hold
     timeout). None: it never answered with a stream."""

@@ -34,13 +34,13 @@ rung R, held S s`` before the continuation's first event.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.server import Gateway
+    from agent_supervisor.gateway.admission import Admission
 
-__all__ = ["HELD_SECONDS", "MODE", "RESUMED", "RUNG", "answer_headers", "held_comment",
-           "mode_headers", "resumed_comment", "supervisor_mark"]
+__all__ = ["HELD_SECONDS", "MODE", "RESUMED", "RUNG", "Serving", "answer_headers",
+           "held_comment", "mode_headers", "resumed_comment", "supervisor_mark"]
 
 MODE = "x-supervisor-mode"
 RUNG = "x-supervisor-rung"
@@ -48,12 +48,23 @@ HELD_SECONDS = "x-supervisor-held-seconds"
 RESUMED = "x-supervisor-resumed"
 
 
-def mode_headers(gw: Gateway) -> dict[str, str]:
+class Serving(Protocol):
+    """What these functions read of the gateway: the mode and rung it serves, and its
+    admission (held, shed). The ``Gateway`` (agent_supervisor/gateway/server.py) and its
+    ``GatewayView`` (view.py) satisfy it; it is its own here because cors.py, below
+    the view, takes the header names from this module."""
+
+    mode_name: str
+    rung: int
+    admission: Admission
+
+
+def mode_headers(gw: Serving) -> dict[str, str]:
     """Mode and rung now (for the gateway's own refusals)."""
     return {MODE: gw.mode_name, RUNG: str(gw.rung)}
 
 
-def answer_headers(gw: Gateway, *, held_seconds: float,
+def answer_headers(gw: Serving, *, held_seconds: float,
                    resumed: bool) -> list[tuple[bytes, bytes]]:
     """The four headers of a proxied answer, as ASGI wants them (mode names are
     ``[a-z0-9._-]``: policy.py ``_NAME``, safe in a header)."""
@@ -62,19 +73,19 @@ def answer_headers(gw: Gateway, *, held_seconds: float,
             (RESUMED.encode(), b"true" if resumed else b"false")]
 
 
-def held_comment(gw: Gateway) -> bytes:
+def held_comment(gw: Serving) -> bytes:
     """The SSE comment written when a stream is cut and held for the next engine."""
     return (f": supervisor held: engine restarting (mode {gw.mode_name}, "
             f"rung {gw.rung})\n\n").encode()
 
 
-def resumed_comment(gw: Gateway, held_seconds: float) -> bytes:
+def resumed_comment(gw: Serving, held_seconds: float) -> bytes:
     """The SSE comment written before a held stream's continuation."""
     return (f": supervisor resumed: mode {gw.mode_name}, rung {gw.rung}, "
             f"held {held_seconds:.1f} s\n\n").encode()
 
 
-def supervisor_mark(gw: Gateway) -> dict[str, Any]:
+def supervisor_mark(gw: Serving) -> dict[str, Any]:
     """The ``"supervisor"`` field of each ``/v1/models`` entry: ``{"mode": str, "rung":
     int, "held": bool, "shed": bool}`` as the gateway sees them now."""
     a = gw.admission
