@@ -21,8 +21,11 @@ into vLLM's draft length by batch size (``num_speculative_tokens_per_batch_size`
 ``--speculative-config``, vllm PR #32374: n-gram k=5 gave 287 against 144 tokens/s for one
 request on this box and 68 against 100 per request at six, README), says what it should
 gain over the mode's fixed K at each load, then runs the proposal at the same loads and
-prints what it measured against the fixed K of the same run (ratios). Those rows are
-printed, not stored: the variants are not rungs of the policy.
+prints what it measured against the fixed K of the same run (ratios). The proposal is
+measured, not only predicted: a schedule can do worse than either K alone where the batch
+crosses a range's edge (MTP k=2 up to 4 requests, k 0 above: 8 requests fell from 232 to
+24-157 tokens/s in total, vllm issue #49548). Those rows are printed, not stored: the
+variants are not rungs of the policy.
 """
 
 from __future__ import annotations
