@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_supervisor.errors import MetricsParseError
 from agent_supervisor.sense.names import (
+    LABEL_SELECT,
     METRICS,
     POSITION_LABEL,
     SPEC_ACCEPTED_PER_POSITION,
@@ -78,12 +79,12 @@ def parse_metrics(text: str, *, url: str = "/metrics", table: Table = METRICS,
     """
     if id(table) not in _CACHE:
         _CACHE[id(table)] = _wanted(table, per_position)
-    found: dict[str, list[float]] = {}
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
     by_pos: dict[int, float] = {}
     try:
         for family in text_string_to_metric_families(_wanted_lines(text, *_CACHE[id(table)])):
             for sample in family.samples:
-                found.setdefault(sample.name, []).append(sample.value)
+                found.setdefault(sample.name, []).append((sample.labels, sample.value))
                 if sample.name == per_position:
                     pos = int(sample.labels.get(POSITION_LABEL, "-1"))
                     by_pos[pos] = by_pos.get(pos, 0.0) + sample.value
@@ -95,9 +96,19 @@ def parse_metrics(text: str, *, url: str = "/metrics", table: Table = METRICS,
         tuple(by_pos[p] for p in positions)
         if positions and positions == list(range(len(positions))) else None)
     for field, (aliases, how) in table.items():
-        series = next((found[name] for name in aliases if name in found), None)
-        if series is None:
+        labelled = next((found[name] for name in aliases if name in found), None)
+        if labelled is None:
             values[field] = None
-        else:
-            values[field] = float(sum(series) if how == "sum" else max(series))
+            continue
+        series = [v for labels, v in labelled if _selected(field, labels)]
+        values[field] = float(sum(series) if how == "sum" else max(series, default=0.0))
     return values
+
+
+def _selected(field: str, labels: dict[str, str]) -> bool:
+    """Whether a series with ``labels`` counts toward ``field`` (``names.LABEL_SELECT``)."""
+    rule = LABEL_SELECT.get(field)
+    if rule is None:
+        return True
+    label, wanted, keep = rule
+    return (labels.get(label) in wanted) is keep

@@ -19,6 +19,7 @@ from typing import Literal
 __all__ = [
     "COMPLETIONS_PATH",
     "HEALTH_PATH",
+    "LABEL_SELECT",
     "METRICS",
     "METRICS_PATH",
     "MODELS_PATH",
@@ -64,6 +65,24 @@ METRICS: dict[str, tuple[tuple[str, ...], Aggregate]] = {
     "corrupted_requests_total": (("vllm:corrupted_requests_total",), "sum"),
     "prefix_cache_queries_total": (("vllm:prefix_cache_queries_total",), "sum"),
     "prefix_cache_hits_total": (("vllm:prefix_cache_hits_total",), "sum"),
+    # Requests finished, one series per finished_reason (stop, length, abort, error,
+    # repetition in 0.32.0's scrape); only answered ones count (LABEL_SELECT).
+    "requests_finished_total": (("vllm:request_success_total",), "sum"),
+    # Waiting requests by reason (capacity, deferred); added after 0.11, present in 0.32.0.
+    "requests_waiting_capacity": (("vllm:num_requests_waiting_by_reason",), "sum"),
+    "requests_waiting_deferred": (("vllm:num_requests_waiting_by_reason",), "sum"),
+}
+
+#: Sample field -> (label, values, keep): of the series of that field's names, only those
+#: whose label value is among ``values`` (``keep`` True) or is not (``keep`` False) count.
+#: Sources: ``vllm:request_success_total{finished_reason}`` and
+#: ``vllm:num_requests_waiting_by_reason{reason}`` in tests/fixtures/vllm/0.32.0/*.txt
+#: (HELP: "'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient
+#: constraints (LoRA budget, KV transfer, blocked status)").
+LABEL_SELECT: dict[str, tuple[str, frozenset[str], bool]] = {
+    "requests_finished_total": ("finished_reason", frozenset({"abort", "error"}), False),
+    "requests_waiting_capacity": ("reason", frozenset({"capacity"}), True),
+    "requests_waiting_deferred": ("reason", frozenset({"deferred"}), True),
 }
 
 #: Accepted draft tokens per draft position, one series per ``position`` label (0 first).

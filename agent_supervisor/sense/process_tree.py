@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
 from agent_supervisor.sense.names import PROCESS_TITLES
 
-__all__ = ["ProcessTree", "read_process_tree"]
+__all__ = ["ProcessTree", "read_process_tree", "read_status_memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,29 @@ class ProcessTree:
     cpu_seconds: float | None = None
     """User + system CPU seconds of the live processes, with those of children they reaped
     (compile jobs of a start): grows while a start works, flat while it waits."""
+    rss_anon_bytes: int | None = None
+    """Summed ``RssAnon`` (/proc/PID/status): anonymous resident pages, the heap a leak
+    grows; None when one process's status cannot be read."""
+    swap_bytes: int | None = None
+    """Summed ``VmSwap``: the tree's pages in swap (a leak that VmRSS does not show)."""
+
+
+def read_status_memory(pid: int) -> tuple[int, int] | None:
+    """(RssAnon, VmSwap) of one process in bytes, from /proc/PID/status (kB there), or
+    None when the file cannot be read or lacks either line (a kernel thread, Linux
+    before 4.5). Source: proc(5), /proc/pid/status."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    got: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("RssAnon", "VmSwap"):
+            got[key] = int(rest.split()[0]) * 1024
+    if len(got) < 2:
+        return None
+    return got["RssAnon"], got["VmSwap"]
 
 
 def _title(proc: psutil.Process) -> str:
@@ -47,7 +71,9 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
     role (API server, EngineCore, ``VLLM::Worker*``) the RSS; with ``pss=True`` also the
     summed PSS (costs one smaps_rollup read per process; None when one process's smaps
     cannot be read, e.g. an engine running as another user, which still counts in the
-    RSS and liveness). Processes that vanish during the walk are skipped.
+    RSS and liveness); the summed ``RssAnon`` and ``VmSwap`` of /proc/PID/status (None
+    when a live process's status cannot be read). Processes that vanish during the walk
+    are skipped.
     """
     try:
         root = psutil.Process(pid)
@@ -62,6 +88,8 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
     pss_total: int | None = 0 if pss else None
     pids = []
     cpu = 0.0
+    anon: int | None = 0
+    swap: int | None = 0
     for proc in procs:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
@@ -83,6 +111,11 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
                 continue
         pids.append(proc.pid)
         rss += mem
+        status = read_status_memory(proc.pid)
+        if status is not None and anon is not None and swap is not None:
+            anon, swap = anon + status[0], swap + status[1]
+        elif status is None and proc.is_running():
+            anon = swap = None          # unreadable while alive: the tree's sum is unknown
         if proc is root:
             api_rss = mem
         elif title.startswith(PROCESS_TITLES["engine_core"]):
@@ -92,4 +125,4 @@ def read_process_tree(pid: int, *, pss: bool = False) -> ProcessTree:
             workers_rss += mem
     return ProcessTree(True, core, len(pids), rss, pss_total, api_rss,
                        core_rss if core else None, workers_rss or None, tuple(pids),
-                       round(cpu, 3))
+                       round(cpu, 3), anon, swap)

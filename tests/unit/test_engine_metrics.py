@@ -37,6 +37,10 @@ def test_real_scrape_exact_values() -> None:
         "corrupted_requests_total": None,
         "prefix_cache_queries_total": 17.0,
         "prefix_cache_hits_total": 0.0,
+        # request_success_total: finished_reason="length" 1.0, the other reasons 0.0.
+        "requests_finished_total": 1.0,
+        "requests_waiting_capacity": 0.0,
+        "requests_waiting_deferred": 0.0,
     }
 
 
