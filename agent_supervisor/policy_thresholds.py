@@ -26,6 +26,7 @@ from agent_supervisor.policy_base import (
 )
 
 __all__ = [
+    "AdmissionStallGuard",
     "EngineHungGuard",
     "Guards",
     "LifecycleSpec",
@@ -78,6 +79,24 @@ class EngineHungGuard(_Model):
     decides."""
 
 
+class AdmissionStallGuard(_Model):
+    """Requests waiting, none finishing, the KV cache far from full: the scheduler stopped
+    admitting while prompt tokens still advance (vllm #53130: 487 waiting, 4 running, KV
+    20%, request_success_total +0 for over 1.5 h, /health 200). A hang: restart."""
+
+    stall_seconds: Seconds = 300.0
+    """No request finished this long while requests waited throughout and their number
+    did not fall: 5 min, many times a long agent turn's queueing at a healthy engine and
+    far under the reports' hours. A huge prompt in flight lengthens it as the hang guard's
+    window does (``engine_hung.stall_seconds_per_million_prompt_tokens``)."""
+    kv_far_from_full_ratio: Ratio = 0.8
+    """KV-cache usage at or under this on every sample of the stall counts as far from
+    full; above it a waiting queue is KV pressure (preemption), the preemption guard's
+    business. 0.8: the report's stall sat at 20-21%; a saturated cache reads 0.9-1.0."""
+    ready_grace_seconds: Delay = 60.0
+    """No verdict this long after the engine first served (warm-up)."""
+
+
 class MemoryFloorGuard(_Model):
     """MemAvailable under the floor on consecutive samples, or NV_ERR_NO_MEMORY in the
     kernel log: kill the engine now. A GB10 host was seen to freeze ~5 s later."""
@@ -125,6 +144,12 @@ class MemoryForecastGuard(_Model):
     running, none waiting) at most this long: the creep floor is hours away."""
     creep_min_seconds: Seconds = 600.0
     """The creep is fitted over the run's samples in the window, at least 10 min of them."""
+    swap_creep_bytes_per_hour: Bytes = 256 * 1024**2
+    """The engine tree's RssAnon + VmSwap growing at least this fast (fitted like the
+    creep) is a leak even while VmRSS stays flat (pages leaving for swap): 256 MiB/h, half
+    of vllm #2345's 0.55 GB/h. Recorded (info); a warning and a planned restart when
+    MemAvailable above the creep floor plus free swap runs out within
+    ``creep_horizon_seconds`` at that rate."""
 
 
 class SampleGapsGuard(_Model):
@@ -139,6 +164,12 @@ class SampleGapsGuard(_Model):
     near_full_available_bytes: Bytes | None = None
     """MemAvailable under this after a long gap counts as near full (None: twice the
     emergency floor)."""
+
+
+    starved_seconds: Seconds = 120.0
+    """A gap this long while the engine served (ready on both sides of it) is a warning on
+    record: the box starved the supervisor for minutes (its guards saw nothing meanwhile);
+    still never a verdict on the engine (issue 29: it was an info line)."""
 
 
 class MemoryPressureGuard(_Model):
@@ -265,6 +296,16 @@ class SpeculativeGuard(_Model):
     lottery_restarts: CountOrZero = 1
     """... restarted this many times; a further bad launch is ``spec_degraded`` (a warning
     on record, no more restarts: the speed guard may still step to no speculation)."""
+    drift_recent_seconds: Seconds = 600.0
+    """Acceptance drift: the recent period judged against the run's history before it
+    (``spec_drift``); at most the decision window (``sampling.window_seconds``)."""
+    drift_history_seconds: Seconds = 3600.0
+    """The run must have served this long before the recent period: its first hour."""
+    drift_ratio: Ratio = 0.7
+    """Position-0 acceptance under 0.7x the run's history: a drift (sglang #37326 decays to
+    ~0; a long-context mix lowers position 1 only to 0.77x, vllm #47602)."""
+    drift_min_drafts: Count = 1000
+    """Drafts the history needs before it is a baseline."""
     slower_ratio: Ratio = 0.9
     """Per-request tokens/s below 90% of the no-speculation rung's calibrated baseline at
     similar concurrency: speculation does not pay for itself here."""
@@ -289,6 +330,7 @@ class Guards(_Model):
     """Every guard's thresholds (the engine-dead guard's are in ``restart``)."""
 
     engine_hung: EngineHungGuard = EngineHungGuard()
+    admission_stall: AdmissionStallGuard = AdmissionStallGuard()
     memory_floor: MemoryFloorGuard = MemoryFloorGuard()
     memory_forecast: MemoryForecastGuard = MemoryForecastGuard()
     memory_pressure: MemoryPressureGuard = MemoryPressureGuard()

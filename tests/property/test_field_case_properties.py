@@ -38,19 +38,22 @@ GAUGES = ("requests_running", "requests_waiting", "kv_cache_usage_ratio",
           "mem_available_bytes", "engine_rss_bytes", "gpu_temperature_c", "gpu_power_w",
           "gpu_sm_clock_mhz", "gpu_utilization_ratio", "host_temperature_c",
           "gateway_requests_in_flight", "gateway_requests_queued",
-          "gateway_prompt_tokens_in_flight")
+          "gateway_prompt_tokens_in_flight", "engine_rss_anon_bytes", "engine_swap_bytes")
 COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "iteration_tokens_count_total",
             "preemptions_total", "spec_decode_num_drafts_total",
             "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
-            "request_tpot_sum_seconds_total", "request_tpot_count_total")
+            "request_tpot_sum_seconds_total", "request_tpot_count_total",
+            "requests_finished_total")
 
 #: The serving-engine kinds of issue 13 (the edges of the engine's life, issue 12, have
 #: their own closed-loop scenarios; their start-up traces are not cadence-free).
 KINDS = frozenset({
-    "agent_parser_errors", "corrupted_output", "engine_hang_suspected", "engine_hung",
+    "agent_parser_errors", "corrupted_output", "engine_admission_stall",
+    "engine_hang_suspected", "engine_hung",
     "exited", "memory_creep", "memory_floor", "memory_floor_start_held",
     "platform_low_power_state", "preemption_storm", "preemption_storm_recurring",
-    "sample_gap_memory", "soc_hot", "spec_acceptance_anomaly", "spec_degraded",
+    "sample_gap_memory", "sample_gap_starved", "soc_hot", "spec_acceptance_anomaly",
+    "spec_acceptance_drift", "spec_degraded",
     "spec_launch_lottery", "spec_prefix_cache_defeated", "spec_slower_than_plain",
     "spec_structured_output", "telemetry_degraded"})
 CASES = [c for c in (load_case(p) for p in all_cases()) if c.kind in KINDS]

@@ -9,10 +9,19 @@ creep floor (``creep_floor_bytes``, above the emergency floor): reached within
 ``creep_horizon_seconds`` (hours), a warning and a planned restart of the same rung at a
 calm moment (a restart hands leaked memory back: vllm #2345's worker RSS +0.55 GB/h,
 ollama #18106's 5-12 MiB per request); the floor within ``creep_record_seconds``: info,
-recorded. The emergency floor stays the memory-floor guard's. Pure.
+recorded. The emergency floor stays the memory-floor guard's.
+
+A leak can hide in swap: the engine's pages leave for swap, VmRSS and MemAvailable stay
+flat while the tree's ``RssAnon + VmSwap`` grows (issue 29). That sum is fitted the same
+way (``_swap_creep``): growing ``swap_creep_bytes_per_hour`` or faster it is recorded
+(info, ``memory_trend``); when the headroom (MemAvailable above the creep floor plus free
+swap) runs out within ``creep_horizon_seconds`` at that rate, the same warning and planned
+restart as the creep. Pure.
 """
 
 from __future__ import annotations
+
+import math
 
 from agent_supervisor.decide.context import Situation
 from agent_supervisor.decide.findings import Finding, Response, Severity
@@ -25,7 +34,13 @@ GUARD = "memory_forecast"
 
 
 def check(sit: Situation) -> list[Finding]:
-    """A warning (step down) or an info (creep) finding when memory trends to the floor."""
+    """A warning (step down) or an info (creep) finding when memory trends to the floor;
+    else the engine's RssAnon + VmSwap trend (``_swap_creep``)."""
+    return _forecast(sit) or _swap_creep(sit)
+
+
+def _forecast(sit: Situation) -> list[Finding]:
+    """MemAvailable against the floor (fast), then against the creep floor (slow)."""
     cfg = sit.policy.guards.memory_forecast
     floor = sit.policy.guards.memory_floor.min_available_bytes
     s = sit.latest
@@ -39,7 +54,7 @@ def check(sit: Situation) -> list[Finding]:
         return []
     rate = slope(pts)
     avail = pts[-1][1]
-    if rate >= 0 or avail <= floor:
+    if not rate < 0 or not avail > floor:    # NaN (a reading not finite) is neither
         return []                            # not falling, or already the floor guard's case
     eta = (avail - floor) / -rate
     evidence = {"mem_available_bytes": int(avail), "min_available_bytes": floor,
@@ -71,7 +86,7 @@ def _creep(sit: Situation) -> list[Finding]:
     if len(pts) < cfg.min_samples or pts[-1][0] - pts[0][0] < cfg.creep_min_seconds:
         return []
     rate = slope(pts)
-    if rate >= 0:
+    if not rate < 0:
         return []
     # The fitted level now, not the last (noisy) reading.
     mt = sum(t for t, _ in pts) / len(pts)
@@ -99,3 +114,65 @@ def _creep(sit: Situation) -> list[Finding]:
                         f"{to_floor / 3600:.1f} h", evidence, s.engine_run_id,
                         Response.RECORD)]
     return []
+
+
+def _finite(x: float | None) -> float:
+    """``x``, or 0 when unknown or not finite (no headroom is claimed from it)."""
+    return float(x) if x is not None and math.isfinite(x) else 0.0
+
+
+def _fit(sit: Situation, start: float, field: str) -> float | None:
+    """Slope (bytes/s) of Sample field ``field`` over the run's samples from ``start``."""
+    pts = [(x.t_s, float(getattr(x, field))) for x in sit.run_samples()
+           if x.t_s >= start and getattr(x, field) is not None]
+    return slope(pts) if len(pts) >= 3 else None
+
+
+def _swap_creep(sit: Situation) -> list[Finding]:
+    """The engine tree's RssAnon + VmSwap growing (a leak VmRSS hides when it swaps):
+    info at ``swap_creep_bytes_per_hour``, a warning and a planned restart when the
+    headroom runs out within ``creep_horizon_seconds``."""
+    cfg = sit.policy.guards.memory_forecast
+    s = sit.latest
+    if s is None or s.engine_state is not EngineState.READY or s.engine_state_since_s is None:
+        return []
+    start = s.engine_state_since_s + cfg.ignore_after_ready_seconds
+    pts = [(x.t_s, float(x.engine_rss_anon_bytes + x.engine_swap_bytes))
+           for x in sit.run_samples() if x.t_s >= start
+           and x.engine_rss_anon_bytes is not None and x.engine_swap_bytes is not None]
+    if len(pts) < cfg.min_samples or pts[-1][0] - pts[0][0] < cfg.creep_min_seconds:
+        return []
+    rate = slope(pts)
+    if not (math.isfinite(rate) and rate * 3600 >= cfg.swap_creep_bytes_per_hour):
+        return []
+    floor = sit.policy.guards.memory_floor.min_available_bytes
+    creep_floor = cfg.creep_floor_bytes if cfg.creep_floor_bytes is not None else 2 * floor
+    avail = max(_finite(s.mem_available_bytes) - creep_floor, 0.0)
+    headroom = avail + _finite(s.swap_free_bytes)
+    eta = headroom / rate
+    rss, swap = _fit(sit, start, "engine_rss_bytes"), _fit(sit, start, "engine_swap_bytes")
+    evidence = {"anon_plus_swap_bytes": int(pts[-1][1]),
+                "engine_rss_anon_bytes": s.engine_rss_anon_bytes,
+                "engine_swap_bytes": s.engine_swap_bytes, "engine_rss_bytes": s.engine_rss_bytes,
+                "mib_per_hour": round(rate * 3600 / 2**20, 1),
+                "rss_mib_per_hour": None if rss is None else round(rss * 3600 / 2**20, 1),
+                "swap_mib_per_hour": None if swap is None else round(swap * 3600 / 2**20, 1),
+                "mem_available_bytes": s.mem_available_bytes, "creep_floor_bytes": creep_floor,
+                "swap_free_bytes": s.swap_free_bytes, "headroom_bytes": int(headroom),
+                "seconds_to_headroom_gone": round(eta),
+                "creep_horizon_seconds": cfg.creep_horizon_seconds,
+                "fit_seconds": round(pts[-1][0] - pts[0][0]), "samples": len(pts),
+                "measured_from": "RssAnon + VmSwap of the engine's processes",
+                "run_id": s.engine_run_id}
+    head = (f"the engine's RssAnon + VmSwap growing {rate * 3600 / 2**30:.2f} GiB/h "
+            f"(VmRSS {evidence['rss_mib_per_hour']} MiB/h, swap "
+            f"{evidence['swap_mib_per_hour']} MiB/h): a leak")
+    if eta <= cfg.creep_horizon_seconds:
+        return [Finding(GUARD, "memory_creep", Severity.WARNING,
+                        f"{head}; MemAvailable above the creep floor and free swap "
+                        f"({headroom / 2**30:.1f} GiB) gone in {eta / 3600:.1f} h -> a planned "
+                        "restart at a calm moment", evidence, s.engine_run_id,
+                        Response.RESTART_WHEN_CALM)]
+    return [Finding(GUARD, "memory_trend", Severity.INFO,
+                    f"{head}; headroom {headroom / 2**30:.1f} GiB lasts {eta / 3600:.1f} h",
+                    evidence, s.engine_run_id, Response.RECORD)]
