@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.decision import Action, Decision, as_held
 
 __all__ = ["ACT", "ADVISE", "REPEAT_SECONDS", "WOULD", "AdviceLog", "SupervisionMode", "advice_key",
            "as_held", "carried_out", "would"]
@@ -40,14 +40,6 @@ def carried_out(decision: Decision, *, advising: bool, launched: bool) -> bool:
     if not advising or decision.action is Action.HOLD:
         return True
     return decision.action is Action.START and not launched
-
-
-def as_held(decision: Decision) -> Decision:
-    """What the ladder advances by for a decision that was only advised: a HOLD with the
-    same findings (their trouble and deferral marks, a probation that began), none of the
-    action's own marks (crash count, handled run, backoff, rung, shed, failed start)."""
-    return dataclasses.replace(decision, action=Action.HOLD, start_signature=None,
-                               marks_failing=None, shed=None)
 
 
 def would(action: Action | str) -> str:

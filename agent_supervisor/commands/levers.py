@@ -246,6 +246,9 @@ def status_text(st: dict[str, Any]) -> str:
     reboot = st.get("reboot_required")
     lines = [f"REBOOT REQUIRED: {reboot['kind']} - recommended action "
              f"{reboot['recommended_action']}: {reboot['explanation']}"] if reboot else []
+    if st.get("supervision") == "advise":     # issue 31
+        lines.append("ADVISE MODE: decisions are recorded as what they would have done, "
+                     "not carried out (`supervisor act` to act)")
     lines += [
         f"fleet {st['fleet']}: mode {st['mode']} (rung {st['rung']} of "
         f"{len(st['ladder']) - 1}), engine {st['engine_state']} for "

@@ -1,14 +1,16 @@
-"""``Decision``: what ``decide()`` hands to the executor. Plain data, no behaviour."""
+"""``Decision``: what ``decide()`` hands to the executor. Plain data, no behaviour
+(``as_held``: a copy of one, for advise mode)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from agent_supervisor.decide.findings import Finding
 
-__all__ = ["Action", "Decision"]
+__all__ = ["Action", "Decision", "as_held"]
 
 
 class Action(StrEnum):
@@ -98,3 +100,12 @@ class Decision:
             "box_fault": self.box_fault, "probation_from_s": self.probation_from_s,
             "start_signature": self.start_signature, "move_caches": self.move_caches,
         }
+
+
+def as_held(decision: Decision) -> Decision:
+    """What the ladder advances by for a decision that was only advised (advise mode,
+    agent_supervisor/act/advice.py; live and in replay): a HOLD with the same findings
+    (their trouble and deferral marks, a probation that began), none of the action's own
+    marks (crash count, handled run, backoff, rung, shed, failed start)."""
+    return dataclasses.replace(decision, action=Action.HOLD, start_signature=None,
+                               marks_failing=None, shed=None)

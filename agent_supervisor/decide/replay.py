@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_supervisor.decide.decide import decide
-from agent_supervisor.decide.decision import Action, Decision
+from agent_supervisor.decide.decision import Action, Decision, as_held
 from agent_supervisor.decide.ladder import LadderState, advance, apply_operator, request
 from agent_supervisor.policy import Policy
 from agent_supervisor.states import EngineState
@@ -69,7 +69,9 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
         assert ladder is not None
         decision = decide(window, ladder, policy, sample.t_s, base, acceptance=acceptance)
         steps.append(ReplayStep(sample.t_s, decision, recorded))
-        ladder = advance(ladder, decision, policy, sample.t_s)
+        advised = recorded is not None and recorded.get("advisory") is True  # advise mode
+        ladder = advance(ladder, as_held(decision) if advised else decision, policy,
+                         sample.t_s)
 
     for rec in recs:
         kind = rec["type"]

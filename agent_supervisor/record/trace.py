@@ -85,9 +85,11 @@ class TraceWriter:
         """One tick's Sample."""
         self._write({"type": "sample", **sample.to_dict()})
 
-    def decision(self, t_s: float, decision: Decision) -> None:
-        """The decision taken on the sample just written."""
-        self._write({"type": "decision", "t_s": t_s, **decision.to_dict()})
+    def decision(self, t_s: float, decision: Decision, *, advisory: bool = False) -> None:
+        """The decision taken on the sample just written (``advisory``: only recorded as
+        advice, advise mode: replay then moves the ladder as for a HOLD)."""
+        self._write({"type": "decision", "t_s": t_s, **decision.to_dict(),
+                     **({"advisory": True} if advisory else {})})
 
     def skip(self, t_s: float) -> None:
         """No decision on the sample just written (an action was in progress)."""

@@ -89,7 +89,7 @@ class Ticker:
                 self._action.cancel()
                 await asyncio.gather(self._action, return_exceptions=True)
             if self.trace is not None:
-                self.trace.decision(now, decision)
+                self.trace.decision(now, decision, advisory=advisory)
             self.last.set(decision, now)
             if self._observe is not None:
                 self._observe(decision, self.ladder.state.rung, now)

@@ -174,3 +174,39 @@ def test_report_counts_what_would_have_been_done_apart_from_what_was() -> None:
     assert "would have done (advise mode, not carried out): 4 decision(s)" in text
     assert "engine_core_died 2, engine_hung 1" in text
     assert "done (act mode): 1 decision(s)" in text
+
+
+def test_status_text_says_advise_mode_first() -> None:
+    from agent_supervisor.commands.levers import status_text
+    from tests.unit.test_commands_common import _status
+
+    assert "ADVISE MODE" not in status_text({**_status(None), "supervision": "act"})
+    text = status_text({**_status(None), "supervision": "advise"})
+    assert text.splitlines()[0].startswith("ADVISE MODE: decisions are recorded as what "
+                                           "they would have done, not carried out")
+
+
+def test_replay_of_an_advising_trace_keeps_deciding_what_was_advised(tmp_path) -> None:
+    """A trace the service wrote while advising: each advised decision is marked, and the
+    replay moves its ladder as live did (as for a HOLD), so the crash that was only advised
+    is decided on again at the next sample, as it was live; unmarked, it is handled once."""
+    from agent_supervisor.decide.replay import replay
+    from agent_supervisor.record.trace import TraceWriter, read_trace
+    from agent_supervisor.states import EngineState
+    from agent_supervisor.telemetry.sample import Sample
+    from tests.unit.scenario import POLICY
+
+    def trace(advisory: bool):
+        path = tmp_path / f"t-{advisory}.jsonl"
+        w = TraceWriter(path)
+        w.header(fleet="t", t0_s=0.0, baselines={})
+        for t in (1.0, 2.0):
+            w.sample(Sample(t_s=t, engine_state=EngineState.CRASHED, engine_run_id="r",
+                            engine_rung=0, engine_state_since_s=0.5, engine_exit_code=0,
+                            engine_crash_reason="exited"))
+            w.decision(t, restart("r"), advisory=advisory)
+        w.close()
+        return [st.decision.action for st in replay(read_trace(path), POLICY)]
+
+    assert trace(advisory=True) == [Action.RESTART, Action.RESTART]
+    assert trace(advisory=False)[1] is not Action.RESTART
