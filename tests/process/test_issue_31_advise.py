@@ -112,3 +112,42 @@ def _policy_file(tmp_path: Path, policy) -> Path:
         "modes": [{"name": "fast"}],
         "storage": {"state_directory": str(policy.state_directory)}}))
     return path
+
+
+async def test_issue_31_a_hang_while_advising_reads_the_stacks_and_kills_nothing(
+        tmp_path: Path) -> None:
+    """The executor with the real launcher and a real hung process group (the stacks
+    test's stand-in: two processes blocked in named functions): advising, a RESTART for
+    ``engine_hung`` reads the stacks into a ``would_restart`` incident and leaves the group
+    alive; acting, the same decision kills it."""
+    from agent_supervisor.act.effects import Executor
+    from agent_supervisor.act.processes import group_members
+    from agent_supervisor.decide.decision import Action, Decision
+    from agent_supervisor.decide.findings import Finding, Severity
+    from tests.process.test_issue_31_stacks import PY_SPY, Recorder, hung_engine, started
+
+    launcher = hung_engine(tmp_path, 3)
+    run = await started(launcher)
+    recorder, mode = Recorder(), {"advise": True}
+    executor = Executor(launcher.policy, launcher, recorder, poke_at=lambda s: None,
+                        give_up=lambda: None, advising=lambda: mode["advise"])
+    hung = Finding("engine_hung", "engine_hung", Severity.CRITICAL, "no progress for 60 s",
+                   {"stall_seconds": 60}, run.run_id)
+    decision = Decision(Action.RESTART, 0, "engine hung -> restart in 0 s", (hung,),
+                        run_id=run.run_id)
+    try:
+        for _ in range(2):                                  # decided again: one record
+            await executor.carry_out(decision, from_rung=0)
+        (advice,) = recorder.incidents
+        assert advice.action == "would_restart"
+        assert len(group_members(run.pid)) == 2, "advise mode touched the hung engine"
+        stacks = advice.findings[0]["evidence"]["stacks"]
+        if PY_SPY is not None:
+            assert "engine_loop_blocked" in " ".join(p["stack"] or ""
+                                                     for p in stacks["processes"])
+        mode["advise"] = False
+        await executor.carry_out(decision, from_rung=0)
+        assert group_members(run.pid) == []
+        assert [i.action for i in recorder.incidents] == ["would_restart", "restart"]
+    finally:
+        await launcher.close()
