@@ -238,6 +238,13 @@ class ThermalGuard(_Model):
     low_power_sustain_seconds: Seconds = 300.0
     """Loaded samples in the stuck low-power state over this long: the warning (see
     ``low_power_utilization_ratio``)."""
+    platform_slow_ratio: Ratio = 0.75
+    """Per-request decode speed under this x the mode's calibrated figure at the same load,
+    NVML silent, over ``platform_slow_sustain_seconds``: a slow platform state on record
+    (``platform_slow``). 0.75 (steps a third longer): the GB10's hidden slow state ran 94
+    against 63 ms a step, 0.67x (tonyd2wild/DeepSeek-V4.1-Flash-vLLM-DGX-Spark#1)."""
+    platform_slow_sustain_seconds: Seconds = 300.0
+    """The period judged (at most the decision window)."""
 
 
 class SpeculativeGuard(_Model):

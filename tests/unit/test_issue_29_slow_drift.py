@@ -125,3 +125,37 @@ def test_issue_29_no_drift_verdict_without_an_hour_of_history_or_speculation() -
     assert _drift(_speculating(600, (0.3, 0.15, 0.05)), rung=2) == []     # nospec rung
     # A window shorter than the recent period: not judged on a part of it.
     assert _drift(_speculating(300, (0.3, 0.15, 0.05))) == []
+
+
+def _decoding(t1: float, per_request: float, *, rung: int = 2, **over: Any) -> list[Sample]:
+    """One request decoding at ``per_request`` tokens/s (the report's 94 ms a step: 10.6)."""
+    fields: dict[str, Any] = {"requests_running": 1, "gpu_sm_clock_mhz": 2400.0,
+                              "gpu_sm_clock_max_mhz": 3003.0, "gpu_clock_event_reasons": (),
+                              "generation_tokens_total": lambda t: per_request * t}
+    fields.update(over)
+    return samples(0, t1, 5.0, rung=rung, **fields)
+
+
+def _slow(trace: list[Sample], rung: int = 2, baselines: Any = None) -> list[Any]:
+    from agent_supervisor.decide.guards import platform_slow
+    mode = POLICY.modes[rung].name
+    base = {mode: [(1.0, 15.9), (4.0, 13.0)]} if baselines is None else baselines
+    sit = Situation(Window.of(trace, 900), LadderState(rung=rung, since_s=0.0), POLICY,
+                    trace[-1].t_s, base)
+    return platform_slow.check(sit)
+
+
+def test_issue_29_decode_slower_than_calibrated_with_nvml_silent_is_recorded() -> None:
+    found = _slow(_decoding(600, 10.6))
+    assert [(f.kind, str(f.response)) for f in found] == [("platform_slow_state", "record")]
+    assert found[0].evidence["step_time_ratio"] == round(15.9 / 10.6, 3)
+    assert "power cycle" in found[0].summary
+    assert _slow(_decoding(600, 12.5)) == []                 # 0.79x: within the ratio
+
+
+def test_issue_29_no_slow_state_verdict_when_nvml_names_it_or_nothing_to_compare() -> None:
+    assert _slow(_decoding(600, 10.6, gpu_clock_event_reasons=("hw_slowdown",))) == []
+    assert _slow(_decoding(600, 10.6, gpu_sm_clock_mhz=1000.0)) == []    # low clock
+    assert _slow(_decoding(600, 10.6, rung=0), rung=0) == []             # speculation on
+    assert _slow(_decoding(600, 10.6), baselines={}) == []              # not calibrated
+    assert _slow(_decoding(600, 10.6, requests_running=0)) == []         # idle
