@@ -30,6 +30,7 @@ from agent_supervisor.policy_base import (
     Ratio,
     Seconds,
 )
+from agent_supervisor.policy_canary import GoldenCanarySpec
 from agent_supervisor.policy_gateway import ApiKey, GatewayLimits, GatewaySpec
 from agent_supervisor.policy_thresholds import (
     EngineHungGuard,
@@ -260,6 +261,9 @@ class Sampling(_Model):
     """Which NVML device to read (the one the engine runs on)."""
     kernel_log: bool = True
     """Follow /dev/kmsg (or ``journalctl -k``) for Xid, NV_ERR_NO_MEMORY and OOM lines."""
+    golden_canary: GoldenCanarySpec = GoldenCanarySpec()
+    """A fixed greedy prompt whose recorded answer catches output that is wrong while every
+    probe answers 200 (agent_supervisor/sense/golden.py)."""
 
 
 class Storage(_Model):

@@ -27,6 +27,7 @@ from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.sense.engine_log import classify_engine_line, is_progress
 from agent_supervisor.sense.engine_metrics import parse_metrics
 from agent_supervisor.sense.gateway_load import GatewayLoadSource, gateway_fields
+from agent_supervisor.sense.golden import GoldenCanary
 from agent_supervisor.sense.gpu import GpuReading, GpuSensor
 from agent_supervisor.sense.host import HostReader, processes_rss_bytes
 from agent_supervisor.sense.kernel_log import KernelLogFollower
@@ -41,6 +42,7 @@ from agent_supervisor.sense.probes import (
 from agent_supervisor.sense.process_tree import read_process_tree
 from agent_supervisor.sense.profiles import profile_for
 from agent_supervisor.sense.reclassify import kernel_event_tag
+from agent_supervisor.sense.slots import slot_fields
 from agent_supervisor.states import EngineState, EngineStatus
 from agent_supervisor.telemetry.load import load_of
 from agent_supervisor.telemetry.progress import made_progress
@@ -159,6 +161,7 @@ class Sensors:
         self._core_seen: set[str] = set()
         self._models: dict[str, str | None] = {}
         self._canary: _Canary | None = None
+        self._golden = GoldenCanary(lambda: self.policy, lambda: self._http)
         self._gpu_busy: asyncio.Task[GpuReading] | None = None
         self._pss: tuple[str | None, float, int | None] | None = None   # run, time, bytes
         self._lines: tuple[str | None, int] = (None, 0)       # run, progress lines so far
@@ -184,6 +187,7 @@ class Sensors:
         if self._canary is not None and self._canary.task is not None:
             self._canary.task.cancel()
             await asyncio.gather(self._canary.task, return_exceptions=True)
+        self._golden.close()
         if self.kernel is not None:
             self.kernel.close()
         if self.gpu is not None:
@@ -221,6 +225,8 @@ class Sensors:
         if status.state is EngineState.READY and self._http is not None:
             fields.update(await guard.aread("probes", self._probe, self._http))
         fields.update(guard.read("canary", self._canary_fields, now_s, status, window))
+        fields.update(guard.read("golden_canary", self._golden.fields, now_s, status,
+                                 not self._stalled(window, now_s)))
         fields.update(await guard.aread("gpu", self._gpu_fields, pids))
         fields.update(guard.read("logs", self._log_fields, log_lines))
         fields.update(guard.read("gateway", gateway_fields, self.gateway))
@@ -291,6 +297,8 @@ class Sensors:
             out["health_status"], out["health_latency_seconds"] = health
         if loop and isinstance(loop[0], tuple):
             out["engine_loop_answered"] = loop[0][0]
+            if profile.loop_probe_path == "/slots":
+                out.update(slot_fields(loop[0][2]))
         if isinstance(metrics, str):
             try:
                 out.update(parse_metrics(metrics, table=profile.metrics,

@@ -14,8 +14,8 @@ import httpx
 from agent_supervisor.errors import ScrapeError, ScrapeTimeout
 from agent_supervisor.sense.names import COMPLETIONS_PATH, HEALTH_PATH, METRICS_PATH, MODELS_PATH
 
-__all__ = ["CANARY_PROMPT", "canary", "probe_health", "probe_loop", "scrape_metrics",
-           "served_model"]
+__all__ = ["CANARY_PROMPT", "canary", "complete", "engine_version", "probe_health",
+           "probe_loop", "scrape_metrics", "served_model"]
 
 
 async def probe_health(
@@ -65,21 +65,22 @@ async def scrape_metrics(client: httpx.AsyncClient, base_url: str, timeout_secon
 
 
 async def probe_loop(client: httpx.AsyncClient, base_url: str, path: str,
-                     timeout_seconds: float) -> tuple[bool | None, float | None]:
+                     timeout_seconds: float) -> tuple[bool | None, float | None, str | None]:
     """``GET {base_url}{path}``: a request only the engine's own loop answers (an engine
     profile's ``loop_probe_path``, llama-server's ``/slots``).
 
-    Returns: (True, latency) for any HTTP answer, (False, None) when none came within
-    ``timeout_seconds``, (None, None) when the connection failed (no verdict on the loop).
+    Returns: (True, latency, the body of a 200 or None) for any HTTP answer, (False,
+    None, None) when none came within ``timeout_seconds``, (None, None, None) when the
+    connection failed (no verdict on the loop).
     """
     t0 = time.monotonic()
     try:
-        await client.get(base_url + path, timeout=timeout_seconds)
+        resp = await client.get(base_url + path, timeout=timeout_seconds)
     except httpx.TimeoutException:
-        return False, None
+        return False, None, None
     except httpx.HTTPError:
-        return None, None
-    return True, time.monotonic() - t0
+        return None, None, None
+    return True, time.monotonic() - t0, resp.text if resp.status_code == 200 else None
 
 
 #: The canary's whole request: one token from a one-word prompt. Cheap enough to send
@@ -107,19 +108,31 @@ async def canary(
     Returns: (answered 200 with a choice, seconds taken, error text or None). A hung
     engine keeps the request and the timeout fires; a busy one answers late but answers.
     """
-    t0 = time.monotonic()
     body = {"model": model, "prompt": CANARY_PROMPT, "max_tokens": 1, "temperature": 0}
+    text, took, error = await complete(client, base_url, body, timeout_seconds)
+    return text is not None, took, error
+
+
+async def complete(client: httpx.AsyncClient, base_url: str, body: dict[str, object],
+                   timeout_seconds: float) -> tuple[str | None, float, str | None]:
+    """``POST {base_url}/v1/completions`` with ``body`` (the canary's and the golden
+    canary's one HTTP path), waiting up to ``timeout_seconds``.
+
+    Returns: (the first choice's ``text``, or None when there was no answer with a choice;
+    seconds taken; error text or None).
+    """
+    t0 = time.monotonic()
     try:
         resp = await client.post(base_url + COMPLETIONS_PATH, json=body, timeout=timeout_seconds)
     except httpx.TimeoutException:
-        return False, time.monotonic() - t0, f"no answer within {timeout_seconds:g} s"
+        return None, time.monotonic() - t0, f"no answer within {timeout_seconds:g} s"
     except httpx.HTTPError as exc:
-        return False, time.monotonic() - t0, f"{exc.__class__.__name__}: {exc}"
+        return None, time.monotonic() - t0, f"{exc.__class__.__name__}: {exc}"
     took = time.monotonic() - t0
     if resp.status_code != 200:
-        return False, took, f"HTTP {resp.status_code}"
+        return None, took, f"HTTP {resp.status_code}"
     try:
-        ok = bool(resp.json()["choices"])
-    except (ValueError, KeyError, TypeError):
-        ok = False
-    return ok, took, None if ok else "answer without choices"
+        text = resp.json()["choices"][0].get("text")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None, took, "answer without choices"
+    return (text if isinstance(text, str) else ""), took, None

@@ -35,7 +35,8 @@ _LISTED: dict[str, tuple[str, ...]] = {
                  "startup_out_of_memory", "worker_host_froze",
                  # the service's own
                  "engine_stop_timeout", "host_reset", "record_corrupt", "unclean_stop"),
-    "warning": ("engine_hang_suspected", "gpu_hot", "gpu_throttling", "load_budget",
+    "warning": ("answer_past_max_tokens",
+                "engine_hang_suspected", "gpu_hot", "gpu_throttling", "load_budget",
                 "memory_creep", "memory_floor_start_held", "memory_forecast",
                 "memory_pressure", "platform_low_power_state", "preemption_storm",
                 "preemption_storm_recurring", "preflight_failed", "sample_gap_memory",

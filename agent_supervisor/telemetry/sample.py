@@ -101,6 +101,22 @@ class Sample:
     canary_latency_seconds: float | None = None
     canary_finished_s: float | None = None
     """Monotonic seconds when that canary finished."""
+    golden_canary_match: bool | None = None
+    """Whether the last golden canary of this run (a fixed greedy prompt) answered the
+    golden answer recorded for its model, mode and engine version (agent_supervisor/sense/
+    golden.py); None: none judged yet (none finished, or its answer was recorded)."""
+    golden_canary_mismatches: int | None = None
+    """Golden canaries of this run in a row that differed from the golden answer."""
+    golden_canary_finished_s: float | None = None
+    """Monotonic seconds when the last judged golden canary finished."""
+    golden_canary_note: str | None = None
+    """What the last golden canary said: matched, recorded a new golden answer (first
+    answer for its key), expected/got (the first 60 characters), or why it got none."""
+    engine_slots_total: int | None = None
+    """llama-server's slots (``GET /slots``, one object per ``--parallel`` slot); None
+    where the engine has no such probe or it was not read."""
+    engine_slots_processing: int | None = None
+    """Of those, slots with ``is_processing`` true (agent_supervisor/sense/slots.py)."""
 
     # The box (/proc/meminfo, /proc/pressure/memory, psutil).
     mem_total_bytes: int | None = None

@@ -77,6 +77,8 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/debug/seen":
             self._send(200, json.dumps({"seen": state["seen"],
                                         "aborted": state["aborted"]}).encode())
+        elif self.path == "/version" and state["version"]:
+            self._send(200, json.dumps({"version": state["version"]}).encode())
         elif self.path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [
                 {"id": "fake-model", "object": "model"}]}).encode())
@@ -121,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
         if state["hang"]:
             time.sleep(3600)   # a hung engine: the request is taken and never answered
         body = {"object": "text_completion",
-                "choices": [{"index": 0, "text": state["completion_text"]}],
+                "choices": [{"index": 0, "text": _completion_text()}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
         self._send(200, json.dumps(body).encode())
 
@@ -291,6 +293,15 @@ class Handler(BaseHTTPRequestHandler):
         print("request", self.path, flush=True)
 
 
+def _completion_text() -> str:
+    """The whole completion's text: ``--completion-text-file``'s content, read at each
+    request (a test changes the answer without changing the argv), else
+    ``--completion-text``."""
+    if state["completion_text_file"]:
+        return Path(state["completion_text_file"]).read_text()
+    return state["completion_text"]
+
+
 def _words(messages: list) -> list[str]:
     """The words of the messages' text (string contents; text blocks' text)."""
     out: list[str] = []
@@ -340,8 +351,12 @@ def main() -> None:
                    help="every chat word is this one (a degenerate answer when repeated)")
     p.add_argument("--ignore-max-tokens", action="store_true",
                    help="chat streams run past max_tokens (llama.cpp #25026)")
+    p.add_argument("--version", default=None, dest="version_string",
+                   help="answer GET /version with this, as vLLM's show_version does")
     p.add_argument("--completion-text", default="!",
                    help="the text of every whole /v1/completions answer")
+    p.add_argument("--completion-text-file", default=None,
+                   help="read the whole completions' text from this file at each request")
     p.add_argument("--null-content", action="store_true",
                    help="chat answers stop with content null (vllm #45736)")
     p.add_argument("--die-with-500-at", type=int, default=0,
@@ -363,6 +378,8 @@ def main() -> None:
     state["word"], state["null_content"] = args.word, args.null_content
     state["ignore_max_tokens"] = args.ignore_max_tokens
     state["completion_text"] = args.completion_text
+    state["version"] = args.version_string
+    state["completion_text_file"] = args.completion_text_file
     state["fail_every"], state["chats"] = args.fail_every, 0
     state["die_at"] = args.die_with_500_at
     if args.bad_flag:

@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "agent_supervisor"
 
 #: Shared vocabulary, importable from every floor; they import only one another.
 BASE = frozenset({"__init__", "errors", "states", "policy", "policy_guards", "policy_gateway",
-                  "policy_nodes", "policy_container",
+                  "policy_nodes", "policy_container", "policy_canary",
                   "policy_base", "policy_holder", "policy_yaml", "policy_thresholds", "policy_spec",
                   "policy_paths", "privacy", "serve", "serve_limits", "engine_flags",
                   "resources"})

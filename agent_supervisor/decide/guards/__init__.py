@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agent_supervisor.decide.guards import (
     agent_errors,
+    answer_overrun,
     corrupted_output,
     engine_dead,
     engine_hung,
@@ -16,6 +17,7 @@ from agent_supervisor.decide.guards import (
     nodes,
     preemption_storm,
     sample_gaps,
+    slots_stalled,
     speculative,
     startup,
     stop_leftovers,
@@ -25,7 +27,8 @@ from agent_supervisor.decide.guards import (
 
 #: Every guard, in the order their findings are reported.
 ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, nodes, engine_hung,
-       corrupted_output, speculative, memory_forecast, memory_pressure, sample_gaps,
-       preemption_storm, thermal, load_budget, telemetry_health, agent_errors)
+       slots_stalled, corrupted_output, speculative, memory_forecast, memory_pressure,
+       sample_gaps, preemption_storm, thermal, load_budget, telemetry_health, agent_errors,
+       answer_overrun)
 
 __all__ = ["ALL"]

@@ -14,6 +14,15 @@ repeated for hundreds of tokens that the prompt did not ask for
 (``gateway_degenerate_streams_total``, agent_supervisor/gateway/quality.py; the engine without
 ``VLLM_COMPUTE_NANS_IN_LOGITS`` counts nothing). A rise during this run is the same
 finding. A client asking for repeated text is not counted there (its negative control).
+
+The same failure asked for directly: the golden canary (agent_supervisor/sense/golden.py)
+sends a fixed greedy prompt and compares the answer with the one recorded for the same
+model, mode and engine version; ``sampling.golden_canary.mismatches`` differing answers in
+a row in this run (``golden_canary_mismatches``) are corrupted output while every probe
+answers 200 (MTP gibberish: vllm #36872; speculation without eager mode: vllm #10559). On
+a speculative rung the answer is to skip speculation at once; else a restart. A first
+answer for a new key (another mode, an engine update, new weights) is recorded by the
+sensor and judged by nobody (its control).
 Pure.
 """
 
@@ -33,11 +42,15 @@ DEGENERATE = "gateway_degenerate_streams_total"
 
 
 def check(sit: Situation) -> list[Finding]:
-    """A critical finding (restart) once corrupted requests rose during this run."""
+    """A critical finding (restart) once corrupted requests rose during this run, or the
+    golden canary's answer differed (skip speculation on a speculative rung)."""
     s = sit.latest
     if s is None or s.engine_state is not EngineState.READY or s.engine_run_id is None \
             or s.engine_run_id == sit.ladder.handled_run_id:
         return []
+    golden = _golden(sit)
+    if golden:
+        return golden
     run = Window.of(sit.run_samples())
     first = next(iter(run), None)
     grown = run.increase(FIELD, first.t_s) if first is not None else None
@@ -55,7 +68,8 @@ def check(sit: Situation) -> list[Finding]:
                      "the engine serves garbage")]
 
 
-def _finding(sit: Situation, counts: dict[str, float], summary: str) -> Finding:
+def _finding(sit: Situation, counts: dict[str, object], summary: str,
+             response: Response = Response.RESTART) -> Finding:
     s = sit.latest
     assert s is not None
     evidence = {**counts,
@@ -63,4 +77,21 @@ def _finding(sit: Situation, counts: dict[str, float], summary: str) -> Finding:
                 "prefix_caching": prefix_caching(sit.policy, sit.mode),
                 "run_id": s.engine_run_id}
     return Finding(GUARD, "corrupted_output", Severity.CRITICAL, summary, evidence,
-                   s.engine_run_id, Response.RESTART)
+                   s.engine_run_id, response)
+
+
+def _golden(sit: Situation) -> list[Finding]:
+    """The golden canary's verdict: ``mismatches`` differing answers in a row."""
+    s = sit.latest
+    assert s is not None
+    need = sit.policy.sampling.golden_canary.mismatches
+    if s.golden_canary_mismatches is None or s.golden_canary_mismatches < need:
+        return []
+    spec = sit.mode.speculative
+    return [_finding(sit, {"golden_mismatches": s.golden_canary_mismatches,
+                           "golden_note": s.golden_canary_note},
+                     f"the golden canary's greedy answer differed from the recorded one "
+                     f"{s.golden_canary_mismatches} times in a row ({s.golden_canary_note}): "
+                     "the engine serves wrong output while its probes answer 200"
+                     + ("; with speculation on -> skip speculation" if spec else ""),
+                     Response.SKIP_SPECULATION if spec else Response.RESTART)]
