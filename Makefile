@@ -26,7 +26,7 @@ DEMO_POLICY_llama_cpp := policies/cpu-demo-llamacpp.yaml
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-long fuzz lint setup setup-steps clean chromium promtool podman lock \
-	agent-venv test-py312
+	agent-venv test-py312 test-floors
 
 # llama-server's build (CPU-bound: about 6 min on 2 cores) needs only .venv, so `setup`
 # runs it beside the engine environment (downloads and unpacking) with -j2; --output-sync
@@ -172,6 +172,22 @@ test-py312:
 	  $(VENV312)/bin/python --version && \
 	  $(VENV312)/bin/pytest -q -n 2 -m "not long" tests/unit tests/property; fi
 
+# Issue 33: every runtime dependency (and the agents' SDKs the tests drive) at its floor's
+# release series (tests/floors.py reads pyproject.toml), the dev tools at the lock's pins,
+# then the unit and property tests. Not part of `make test` (a second environment, about
+# 2 min to install and 3-6 min to run on 2 cores); run it when a floor moves.
+VENV_FLOORS := .venv-floors
+test-floors:
+	rm -rf $(VENV_FLOORS)
+	$(PYTHON) -m venv $(VENV_FLOORS)
+	$(VENV_FLOORS)/bin/$(PIP) install -r $(LOCK)
+	$(PYTHON) tests/floors.py pyproject.toml > $(VENV_FLOORS)/floors.txt
+	$(VENV_FLOORS)/bin/$(PIP) install -r $(VENV_FLOORS)/floors.txt
+	$(VENV_FLOORS)/bin/pip check
+	$(VENV_FLOORS)/bin/$(PIP) install --no-deps -e .
+	$(VENV_FLOORS)/bin/python tests/floors.py --check pyproject.toml
+	$(VENV_FLOORS)/bin/pytest -q -n 2 -m "not long" tests/unit tests/property
+
 test-long: setup
 	$(VENV)/bin/pytest -m long
 
@@ -188,4 +204,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) $(AGENT_VENV) $(VENV312) .supervisor
+	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) $(AGENT_VENV) $(VENV312) $(VENV_FLOORS) .supervisor

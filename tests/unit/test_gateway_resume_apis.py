@@ -5,12 +5,14 @@ OpenAI SDKs, equals the uninterrupted one."""
 
 from __future__ import annotations
 
+import importlib
 import json
+from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 import anthropic
 import httpx
-import httpx2
 import openai
 import pytest
 
@@ -45,9 +47,18 @@ def engine(tokenize_seen: list[dict]) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(answer))
 
 
-def as_response(stream: bytes, http=httpx):
-    """An HTTP client whose every answer is ``stream`` (what the gateway sent); ``http``:
-    the SDK's HTTP package (the Anthropic SDK uses httpx2)."""
+def sdk_http(sdk: str) -> ModuleType:
+    """The HTTP package the installed ``sdk`` is built on: httpx2 from anthropic 1.0 and
+    openai 3.0 (their wheels' Requires-Dist), httpx before (``make test-floors``)."""
+    wanted = metadata.requires(sdk) or []
+    return importlib.import_module(
+        "httpx2" if any(r.startswith("httpx2") for r in wanted) else "httpx")
+
+
+def as_response(stream: bytes, sdk: str) -> object:
+    """An HTTP client of ``sdk``'s HTTP package whose every answer is ``stream`` (what the
+    gateway sent)."""
+    http = sdk_http(sdk)
     return http.Client(transport=http.MockTransport(lambda r: http.Response(
         200, content=stream, headers={"content-type": "text/event-stream"})))
 
@@ -89,7 +100,7 @@ async def test_issue_14_a_cut_messages_stream_continues_on_completions_from_toke
     assert tap.done and tap.engine_error is None
     # The Anthropic SDK reads the stream the client got as one message.
     an = anthropic.Anthropic(api_key="k", base_url="http://gw", http_client=as_response(
-        client_got, httpx2))
+        client_got, "anthropic"))
     with an.messages.stream(model="tiny-agent", max_tokens=40, messages=[]) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
@@ -170,7 +181,7 @@ async def test_issue_14_a_cut_responses_stream_continues_natively_as_one_respons
     assert final["usage"]["output_tokens"] == ref_final["usage"]["output_tokens"]
     # The OpenAI SDK reads it as one response with the whole text.
     oa = openai.OpenAI(api_key="k", base_url="http://gw/v1", http_client=as_response(
-        client_got))
+        client_got, "openai"))
     text = "".join(e.delta for e in oa.responses.create(model="tiny-agent", input="x",
                                                           stream=True)
                    if e.type == "response.output_text.delta")

@@ -7,13 +7,23 @@ import json
 import re
 from pathlib import Path
 
+import pydantic
+import pytest
+
 from agent_supervisor.commands.schema import policy_schema
 from agent_supervisor.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "policies" / "policy.schema.json"
+#: The pydantic the shipped file was generated with: the lock's. Older releases write the
+#: same schema in another shape (pydantic 2.7 wraps a described ``$ref`` in ``allOf``), so
+#: under ``make test-floors`` the file cannot be compared byte for byte.
+LOCKED_PYDANTIC = re.search(r"^pydantic==(\S+)$", (ROOT / "requirements-dev.lock").read_text(),
+                            re.M)
 
 
+@pytest.mark.skipif(LOCKED_PYDANTIC is None or LOCKED_PYDANTIC[1] != pydantic.VERSION,
+                    reason="the shipped schema is generated with the lock's pydantic")
 def test_issue_19_shipped_schema_is_current() -> None:
     assert json.loads(SHIPPED.read_text()) == policy_schema(), (
         "policies/policy.schema.json is stale: "

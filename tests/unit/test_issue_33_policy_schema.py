@@ -72,8 +72,10 @@ def _schema_types(dotted: str) -> set[str]:
     schema = policy_schema()
     node: dict[str, Any] = schema
     for part in dotted.replace("]", "").replace("[", ".").split("."):
-        while "$ref" in node or "anyOf" in node:
+        while "$ref" in node or "anyOf" in node or "allOf" in node:
+            # allOf: older pydantic (2.7) wraps a $ref that has a description (make test-floors)
             node = (schema["$defs"][node["$ref"].removeprefix("#/$defs/")] if "$ref" in node
+                    else node["allOf"][0] if "allOf" in node
                     else next(n for n in node["anyOf"] if n.get("type") != "null"))
         node = node["items"] if part.isdigit() else node["properties"][part]
     return {n.get("type") for n in node.get("anyOf", [node])} - {"null"}
