@@ -3,7 +3,10 @@ device-side assert signature took 60 s here on repeated fragments of its own), a
 log-tail masking 307 s on "a-a-a-...". Python's re holds the GIL, so such a line stalls
 every tick. Every engine-log signature and every masking pattern is timed on 60 KB
 lines of pathological shapes. A complexity check: the bound is generous (a linear scan
-takes milliseconds; the quadratic ones took seconds to minutes)."""
+takes milliseconds; the quadratic ones took seconds to minutes). Timed in this thread's CPU
+seconds (time.thread_time), not wall seconds: on a box loaded by other processes the wall
+figure of a linear scan passed the bound (2026-12-03, load 8 on 2 cores), its CPU time
+cannot grow with the neighbours."""
 
 from __future__ import annotations
 
@@ -43,25 +46,25 @@ PATTERNS = [(s.tag, s.pattern) for s in SIGNATURES] + [("not_progress", NOT_PROG
 @pytest.mark.parametrize(("tag", "pattern"), PATTERNS,
                          ids=[f"{i}-{tag}" for i, (tag, _) in enumerate(PATTERNS)])
 def test_issue_34_every_pattern_scans_60_kb_lines_in_linear_time(tag, pattern) -> None:
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     slowest = (0.0, "")
     for name, line in SHAPES.items():
-        t = time.perf_counter()
+        t = time.thread_time()
         pattern.search(line)
-        slowest = max(slowest, (time.perf_counter() - t, name))
-    total = time.perf_counter() - t0
+        slowest = max(slowest, (time.thread_time() - t, name))
+    total = time.thread_time() - t0
     assert total < BOUND_SECONDS, f"{tag}: {total:.2f} s in all (slowest {slowest})"
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_issue_34_classifying_and_masking_a_60_kb_line_is_bounded(shape: str) -> None:
     line = SHAPES[shape]
-    t = time.perf_counter()
+    t = time.thread_time()
     classify_engine_line(line)
-    classified = time.perf_counter() - t
-    t = time.perf_counter()
+    classified = time.thread_time() - t
+    t = time.thread_time()
     mask_text(line)
-    masked = time.perf_counter() - t
+    masked = time.thread_time() - t
     assert classified < BOUND_SECONDS and masked < BOUND_SECONDS, (classified, masked)
 
 
