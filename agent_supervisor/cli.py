@@ -180,6 +180,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--policy", required=True, type=Path, help="the policy to decide with")
     rep.add_argument("--json", action="store_true", help="one JSON object per decision")
     rep.add_argument("--all", action="store_true", help="also list the holds")
+    rep.add_argument("--top-rung", action="store_true",
+                     help="instead: which speculative mode the top-rung choice would put on "
+                          "top along the trace (decide/top_rung.py, the policy's top_rung "
+                          "keys, calibration per profile from the policy's database; "
+                          "issue 32)")
 
     pol = sub.add_parser("policy", help="policy file tools")
     pol_sub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")

@@ -137,11 +137,51 @@ def replay(args: argparse.Namespace) -> int:
     if (args.trace is None) == (args.scenario is None):
         print("error: give a TRACE or --scenario FILE", file=sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "top_rung", False):
+        return _replay_top_rung(args)
     if args.scenario is not None:
         return scenario_command(args.scenario, load_policy_file(args.policy),
                                 as_json=args.json, show_all=args.all)
     return replay_command(args.trace, load_policy_file(args.policy), as_json=args.json,
                           show_all=args.all)
+
+
+def _replay_top_rung(args: argparse.Namespace) -> int:
+    """``replay TRACE --top-rung``: the top-rung choice along a recorded trace (issue 32).
+    Prints each switch and each wait for a calm moment with its reason; exit 2 when the
+    trace cannot be read or has no trace."""
+    from agent_supervisor.decide.top_rung import replay_top_rung
+    from agent_supervisor.record.baselines import load_top_rung_figures
+    from agent_supervisor.record.trace import read_trace
+    from agent_supervisor.telemetry.sample import Sample
+
+    policy = load_policy_file(args.policy)
+    if args.trace is None:
+        print("error: --top-rung needs a TRACE", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        records = read_trace(args.trace, rungs=len(policy.modes))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with store_of(policy) as store:
+        figures = load_top_rung_figures(store, policy)
+    samples = [Sample.from_dict({k: v for k, v in r.items() if k != "type"})
+               for r in records if r["type"] == "sample"]
+    names = [m.name for m in policy.modes]
+    choices = replay_top_rung(samples, names, figures, policy.top_rung, names[0],
+                              policy.sampling.window_seconds)
+    shown = [(t, c) for t, c in choices if c.action != "hold" or args.all]
+    for t, c in shown:
+        print(json.dumps({"t_s": t, "action": c.action, "target": c.target, "why": c.why,
+                          "evidence": c.evidence}, default=str) if args.json
+              else f"{t:10.1f}  {c.action:9s} {c.target or '-':12s} {c.why}")
+    if not args.json:
+        print(f"{len(samples)} samples, {sum(c.action == 'switch' for _, c in choices)} "
+              f"switches; figures for {sorted(figures.tokens_per_second) or 'no mode'} "
+              f"(supervisor calibrate --profiles), start times for "
+              f"{sorted(figures.start_seconds) or 'no mode'}")
+    return EXIT_OK
 
 
 def bench(args: argparse.Namespace) -> int:

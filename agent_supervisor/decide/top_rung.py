@@ -31,13 +31,14 @@ top rung should change:
    waiting; unknown load is never calm), waiting for one as long as (a)-(d) hold.
 
 Not wired into the live ladder (issue 32 item 2, the pure part): ``supervisor run`` does
-not call it; tests/unit/test_issue_32_top_rung.py replays it.
+not call it; ``supervisor replay TRACE --top-rung`` runs it over a recorded trace
+(``replay_top_rung``) and tests/unit/test_issue_32_top_rung.py replays it under jitter.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Protocol
@@ -46,7 +47,7 @@ from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 
 __all__ = ["TopRungChoice", "TopRungFigures", "TopRungRules", "TopRungState", "Traffic",
-           "choose_top_rung", "predict", "traffic_of"]
+           "choose_top_rung", "predict", "replay_top_rung", "traffic_of"]
 
 HOUR = 3600.0
 #: Fewer drafts than this over the window say nothing about acceptance (a handful of
@@ -229,8 +230,9 @@ def _gate(state: TopRungState, best: str, gain: float, held: float, ev: dict[str
         return state, TopRungChoice(
             "hold", None, f"+{gain:.0%} for {stable:.0f} s does not pay a {start:.0f} s "
                           "restart yet", ev)
+    span = f"{stable / 60:.0f} min" if stable >= 120 else f"{stable:.0f} s"
     why = (f"{mix_text}, predicted +{gain:.0%} tokens/s per request with {best} for "
-           f"{stable / 60:.0f} min, switch costs {start:.0f} s")
+           f"{span}, switch costs {start:.0f} s")
     if not _calm(window.latest, rules.calm_max_requests):
         return state, TopRungChoice("wait_calm", best, why + "; waiting for a calm moment", ev)
     new = TopRungState(top=best, switches_s=(*state.switches_s, now_s), mix=state.mix)
@@ -265,3 +267,22 @@ def _mix_text(mix: Sequence[tuple[str, float]], traffic: Traffic, running: str) 
     if traffic.acceptance_pos0 is not None:
         text += f", {running} accepts {traffic.acceptance_pos0:.2f} at position 0"
     return text
+
+
+def replay_top_rung(samples: Iterable[Sample], modes: Sequence[str], figures: TopRungFigures,
+                    rules: TopRungRules, top: str,
+                    window_seconds: float) -> list[tuple[float, TopRungChoice]]:
+    """``choose_top_rung`` after each sample of a recorded trace (``supervisor replay TRACE
+    --top-rung``). The running mode is the one at the sample's ``engine_rung`` in ``modes``
+    (the chosen top when unknown); a switch moves only the choice's own top: the recorded
+    engine ran what it ran. Returns (monotonic seconds, choice) per sample. Pure."""
+    window = Window(window_seconds)
+    state = TopRungState(top=top)
+    out: list[tuple[float, TopRungChoice]] = []
+    for sample in samples:
+        window.append(sample)
+        rung = sample.engine_rung
+        running = modes[rung] if rung is not None and 0 <= rung < len(modes) else state.top
+        state, choice = choose_top_rung(state, window, running, figures, rules, sample.t_s)
+        out.append((sample.t_s, choice))
+    return out

@@ -248,3 +248,58 @@ def test_issue_32_figures_from_the_store(tmp_path) -> None:
     assert figures.acceptance["dspark"]["code"] == pytest.approx(0.80)
     assert figures.start_seconds == {"dspark": 36.0}
     assert figures.profiles == ("code", "long_form")
+
+
+def test_issue_32_replay_top_rung_over_a_recorded_trace(tmp_path, capsys) -> None:
+    # The recorded CPU-demo trace (tests/fixtures/traces: the untrained MTP layer, mtp2,
+    # then 16 streams): with calibration saying nospec is faster on the profile whose MTP
+    # acceptance is lowest (values made up), the choice puts nospec on top once its lead
+    # has held 20 s, at a calm moment of the trace.
+    from datetime import UTC, datetime, timedelta
+
+    import yaml
+
+    from agent_supervisor.cli import main
+    from agent_supervisor.policy import load_policy_file
+    from agent_supervisor.record.baselines import args_digest
+    from agent_supervisor.record.records import AddRun, UpdateRun
+    from agent_supervisor.record.store import Store, make_engine, upgrade
+    from tests.conftest import ROOT
+    fixtures = ROOT / "tests" / "fixtures" / "traces"
+    data = yaml.safe_load((fixtures / "cpu-demo-spec-slower.policy.yaml").read_text())
+    data["storage"] = {"state_directory": str(tmp_path)}
+    data["top_rung"] = {"sustain_seconds": 20}
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    policy = load_policy_file(path)
+    engine = make_engine(policy.database_url)
+    upgrade(engine)
+    store = Store(engine, fleet=policy.fleet)
+    now = datetime.now(UTC)
+    rows = {"mtp2": {"code": (300.0, 0.40), "long_form": (150.0, 0.01)},
+            "nospec": {"code": (590.0, None), "long_form": (600.0, None)}}
+    for name, per in rows.items():
+        mode = policy.modes[policy.mode_index(name)]
+        for profile, (rate, acc) in per.items():
+            store.add_baseline(mode=name, args_digest=args_digest(policy, mode),
+                               concurrency=4, measured_at=now,
+                               tokens_per_second_per_request=rate,
+                               tokens_per_second_total=4 * rate, ttft_seconds=None,
+                               acceptance_by_position=None if acc is None else [acc, acc],
+                               peak_rss_bytes=None, mem_available_min_bytes=None,
+                               seconds=10.0, requests=10, profile=profile)
+    store.apply(AddRun(run_id="r", mode="nospec", rung=2, argv=[], pid=1, port=1,
+                       log_path="", started_at=now))
+    store.apply(UpdateRun(run_id="r", values={"ready_at": now + timedelta(seconds=20),
+                                             "startup_seconds": 20.0}))
+    store.close()
+    code = main(["replay", str(fixtures / "cpu-demo-spec-slower.trace.jsonl"), "--policy",
+                 str(path), "--top-rung"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [line.split(None, 3) for line in out.splitlines()[:-1]]
+    assert [(a, t) for _, a, t, _ in lines] == [("switch", "nospec")], out
+    why = lines[0][3]
+    assert why.startswith("long_form share 100%, mtp2 accepts 0.0"), why
+    assert "with nospec for 20 s, switch costs 20 s" in why, why
+    assert "1 switches" in out.splitlines()[-1]
