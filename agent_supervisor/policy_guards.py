@@ -33,6 +33,7 @@ from agent_supervisor.policy_base import (
 from agent_supervisor.policy_canary import GoldenCanarySpec
 from agent_supervisor.policy_gateway import ApiKey, GatewayLimits, GatewaySpec
 from agent_supervisor.policy_thresholds import (
+    AdmissionStallGuard,
     EngineHungGuard,
     Guards,
     LifecycleSpec,
@@ -48,6 +49,7 @@ from agent_supervisor.policy_thresholds import (
 
 __all__ = [
     "AdminSpec",
+    "AdmissionStallGuard",
     "AlertSpec",
     "ApiKey",
     "EngineHungGuard",

@@ -260,6 +260,8 @@ class Sensors:
                 "api_server_rss_bytes": tree.api_server_rss_bytes,
                 "engine_core_rss_bytes": tree.engine_core_rss_bytes,
                 "engine_workers_rss_bytes": tree.workers_rss_bytes,
+                "engine_rss_anon_bytes": tree.rss_anon_bytes,
+                "engine_swap_bytes": tree.swap_bytes,
                 "engine_cpu_seconds_total": tree.cpu_seconds}
 
     def _start_progress(self, status: EngineStatus, log_lines: list[str],

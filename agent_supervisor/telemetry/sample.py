@@ -86,6 +86,17 @@ class Sample:
     """Prompt tokens looked up in the prefix cache (``vllm:prefix_cache_queries_total``)."""
     prefix_cache_hits_total: float | None = None
     """Of those, tokens found there (``vllm:prefix_cache_hits_total``)."""
+    requests_finished_total: float | None = None
+    """Requests the engine finished with an answer: ``vllm:request_success_total`` summed
+    over ``finished_reason`` stop, length and repetition (abort and error left out: a
+    client that gives up on a stalled queue is not progress). The heartbeat beside tokens
+    (issue 29); None where the engine has no such series (llama-server)."""
+    requests_waiting_capacity: float | None = None
+    """Waiting requests held for scheduling capacity
+    (``vllm:num_requests_waiting_by_reason{reason="capacity"}``, vLLM 0.32.0)."""
+    requests_waiting_deferred: float | None = None
+    """Waiting requests deferred by transient constraints: LoRA budget, KV transfer, a
+    blocked status (``reason="deferred"``); the two add up to ``requests_waiting``."""
     metrics_error: str | None = None
     """Why ``/metrics`` could not be read this tick, if it could not."""
     engine_loop_answered: bool | None = None
@@ -141,6 +152,12 @@ class Sample:
     api_server_rss_bytes: int | None = None
     engine_core_rss_bytes: int | None = None
     engine_workers_rss_bytes: int | None = None
+    engine_rss_anon_bytes: int | None = None
+    """Anonymous resident memory of the engine's process tree (``RssAnon`` of
+    /proc/PID/status, summed): the heap a leak grows, without file-backed pages."""
+    engine_swap_bytes: int | None = None
+    """Swapped-out memory of the engine's process tree (``VmSwap``, summed): a leak that
+    hides in swap keeps VmRSS flat while RssAnon + VmSwap grows (issue 29)."""
 
     # The GPU (NVML); all None where there is no GPU telemetry.
     gpu_name: str | None = None
