@@ -64,3 +64,18 @@ def test_issue_29_rss_anon_and_swap_of_a_real_tree() -> None:
 
 def test_issue_29_status_of_no_process_is_unknown() -> None:
     assert read_status_memory(2**22 + 12345) is None
+
+
+async def test_issue_29_the_sensors_fill_the_new_fields_from_a_real_engine_process(
+        tmp_path: Path) -> None:
+    from tests.process.test_sensors import run_ticks
+    # plain.busy (vLLM 0.32.0): request_success_total{finished_reason="length"} 3.0, the
+    # other reasons 0.0; waiting by reason 0 and 0.
+    samples = await run_ticks(tmp_path, ["--metrics", "plain.busy.metrics.txt"], 1.5)
+    last = samples[-1]
+    assert last.requests_finished_total == 3.0
+    assert last.requests_waiting_capacity == 0.0 and last.requests_waiting_deferred == 0.0
+    # The fake engine's two processes: their anonymous memory (a Python interpreter holds
+    # several MiB), and their swap (0 or more, read, not unknown).
+    assert last.engine_rss_anon_bytes is not None and last.engine_rss_anon_bytes > 4 * MiB
+    assert last.engine_swap_bytes is not None and last.engine_swap_bytes >= 0
