@@ -147,3 +147,28 @@ def test_issue_29_the_kv_control_is_quiet_because_the_cache_is_full() -> None:
 def load_policy_from(data: dict[str, Any]):
     import yaml
     return load_policy(yaml.safe_dump(data))
+
+
+def test_issue_29_long_generations_are_quiet_because_they_finish() -> None:
+    # The control's batch is full (16 of 16), which alone keeps the guard quiet; judged
+    # under a rung without a --max-num-seqs (POLICY's rung 0), its finishes every 240 s
+    # still do, and the same trace without them is a stall.
+    case = load_case(CASES / "long_generations_finishing_slowly_control.yaml")
+
+    def verdicts(trace: list[Sample]) -> list[float]:
+        out = []
+        for i in range(len(trace)):
+            part = trace[: i + 1]
+            sit = Situation(Window.of(part, 900), LadderState(rung=0, since_s=0.0), POLICY,
+                            part[-1].t_s)
+            if admission_stall.check(sit):
+                out.append(part[-1].t_s)
+        return out
+
+    assert POLICY.max_num_seqs(0) is None
+    rung0 = [Sample(**{**x.to_dict(), "engine_rung": 0,
+                       "engine_state": x.engine_state}) for x in case.samples]
+    assert verdicts(rung0) == []
+    unfinished = [Sample(**{**x.to_dict(), "requests_finished_total": 200.0,
+                            "engine_state": x.engine_state}) for x in rung0]
+    assert verdicts(unfinished)[0] == pytest.approx(360.0)
