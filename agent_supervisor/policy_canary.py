@@ -41,6 +41,14 @@ class GoldenCanarySpec(BaseModel):
     """Tokens of the answer. Greedy answers of fp16/bf16 models can part ways after many
     tokens under different batch shapes; 16 keeps the comparison to the part that does
     not, while a corrupted engine is wrong from the first tokens."""
+    compare_chars: Annotated[int, Field(ge=0, le=100_000)] = 24
+    """Characters at the start of the answer that must equal the golden answer's (0: the
+    whole answer). vLLM is not batch-invariant by default (``VLLM_BATCH_INVARIANT=1``
+    makes it so: docs.vllm.ai/en/v0.32.0/features/batch_invariance): under other batch
+    sizes the
+    kernels change and a greedy answer can part ways where two tokens were nearly tied,
+    usually after several tokens; corrupted output (gibberish) is wrong from the first
+    ones. 24 characters are the first few tokens."""
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
     """The request's ``seed`` (greedy decoding does not sample; set for engines that
     would)."""

@@ -56,14 +56,20 @@ async def test_recorded_matched_then_a_corrupted_answer_and_an_update(tmp_path: 
     answer = tmp_path / "answer.txt"
     args = ["--completion-text-file", str(answer)]
     # 1. A good run: its first answer becomes golden, the next one (calm, 0.5 s) matches.
-    answer.write_text(" four, five, six")
+    answer.write_text(" four, five, six, seven, eight, nine")
     good, policy = await run_ticks(tmp_path, args, 8.0,
                                    until=lambda s: s.golden_canary_match is True)
     notes = [s.golden_canary_note for s in good if s.golden_canary_note]
     assert notes[0].startswith("recorded a new golden answer for mode fast, engine unknown")
     assert good[-1].golden_canary_match is True and good[-1].golden_canary_mismatches == 0
     store = json.loads((policy.state_directory / STORE_NAME).read_text())
-    assert [e["answer"] for e in store.values()] == [" four, five, six"]
+    assert [e["answer"] for e in store.values()] == [" four, five, six, seven, eight, nine"]
+    # A greedy answer that parts ways late (another batch size, vLLM not batch-invariant)
+    # still matches: only the first compare_chars (24) characters are compared.
+    answer.write_text(" four, five, six, seven, eight, NINE!")
+    late, policy = await run_ticks(tmp_path, args, 8.0,
+                                   until=lambda s: s.golden_canary_match is not None)
+    assert late[-1].golden_canary_match is True
     # 2. The same engine, model and mode answering something else: two mismatches in a
     #    row (the second sent at once to confirm), then the corrupted_output restart.
     answer.write_text(" xq xq !!")
@@ -71,7 +77,8 @@ async def test_recorded_matched_then_a_corrupted_answer_and_an_update(tmp_path: 
                                   until=lambda s: (s.golden_canary_mismatches or 0) >= 2)
     last = bad[-1]
     assert last.golden_canary_match is False and last.golden_canary_mismatches == 2
-    assert "expected ' four, five, six', got ' xq xq !!'" in last.golden_canary_note
+    assert "expected ' four, five, six, seven, eight, nine', got ' xq xq !!'" in \
+        last.golden_canary_note
     first_bad = next(s for s in bad if s.golden_canary_mismatches)
     assert last.t_s - first_bad.t_s < 2.0                 # confirmed at once, not 0.5 s apart
     decision = decide(Window.of(bad, 3600), LadderState(rung=0, since_s=bad[0].t_s),
