@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     Field,
     PrivateAttr,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -48,12 +49,13 @@ from agent_supervisor.policy_guards import (
     Storage,
 )
 from agent_supervisor.policy_nodes import DistributedSpec, NodeSpec, check_nodes
+from agent_supervisor.policy_paths import default_state_directory
 from agent_supervisor.policy_spec import TopRungSpec, check_flag_value
-from agent_supervisor.policy_yaml import load_policy, load_policy_file
+from agent_supervisor.policy_yaml import interpolate, parse_yaml, validation_problems
 
 __all__ = ["ArgValue", "EngineSpec", "Mode", "Policy", "Restart", "Sampling", "StartupFallback",
-           "Storage", "build_argv", "load_policy", "load_policy_file", "needs_restart",
-           "render_args"]
+           "Storage", "agent_token", "build_argv", "load_policy", "load_policy_file",
+           "needs_restart", "render_args", "with_state_default"]
 
 #: Flags the supervisor sets itself from ``engine.host``, ``engine.port`` and
 #: ``engine.shutdown_timeout_seconds``; a policy may not set them in arguments.
@@ -451,3 +453,83 @@ def needs_restart(a: Mode, b: Mode) -> bool:
     fixed at launch in vLLM, so any difference in rendered arguments needs a restart.
     """
     return render_args(a.args) != render_args(b.args)
+
+
+# -- loading: text or file in, a validated Policy out (below: policy_yaml, policy_paths) --
+
+def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None,
+                environ: dict[str, str] | None = None) -> Policy:
+    """Parse and validate one policy document.
+
+    Args: ``text`` the YAML; ``source`` the name used in error messages; ``base_dir`` the
+    directory relative paths are resolved against (default: the current directory);
+    ``environ`` the variables ``${NAME}`` in string values is replaced from (default:
+    none, so a pure call stays pure; ``load_policy_file`` passes ``os.environ``).
+    Returns: a frozen ``Policy``.
+    Raises: ``PolicyError`` for YAML syntax errors (with line and column), duplicate keys,
+    nesting past ``MAX_YAML_DEPTH``, aliases expanding past ``MAX_YAML_NODES``, an unset
+    ``${NAME}``, and every validation problem (field as a dotted path, the reason, and
+    the value only where it cannot be a secret). Non-finite numbers (``inf``, ``nan``)
+    are refused everywhere. Validation is strict (issue 33): a quoted number or boolean
+    is refused as a string, and an integer field takes no float (``8080.0``).
+    """
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
+    data = interpolate(data, "", source, environ or {})
+    try:
+        policy = Policy.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise PolicyError(source, validation_problems(exc)) from None
+    except RecursionError:
+        raise PolicyError(source, message="nested too deeply") from None
+    policy._base_dir = Path(os.path.abspath(base_dir or Path.cwd()))
+    return policy
+
+
+def load_policy_file(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
+    """Read and validate a policy file; relative paths resolve against its directory,
+    ``${NAME}`` resolves from the process environment; an unset state directory defaults
+    from ``environ`` (default ``os.environ``; ``with_state_default``).
+
+    Raises: ``PolicyError`` (file unreadable, not UTF-8, invalid YAML, invalid policy).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise PolicyError(str(p), message=f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise PolicyError(str(p), message=f"not UTF-8 text: byte 0x{raw[exc.start]:02x} "
+                          f"on line {line}") from None
+    policy = load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))
+    return with_state_default(policy, p, environ)
+
+
+def with_state_default(policy: Policy, policy_path: Path,
+                       environ: Mapping[str, str] | None = None) -> Policy:
+    """``policy`` with ``storage.state_directory`` set to
+    ``policy_paths.default_state_directory`` (``environ``: default ``os.environ``) when the
+    file left it unset and a default applies; else ``policy`` itself."""
+    if "state_directory" in policy.storage.model_fields_set:
+        return policy
+    default = default_state_directory(policy_path, policy.fleet,
+                                      os.environ if environ is None else environ)
+    if default is None:
+        return policy
+    storage = policy.storage.model_copy(update={"state_directory": str(default)})
+    return policy.model_copy(update={"storage": storage})
+
+
+def agent_token(policy: Policy, environ: Mapping[str, str] | None = None) -> str | None:
+    """The agents' bearer token (``engine.distributed``, agent_supervisor/policy_nodes.py):
+    the systemd credential ``agent_token``, else ``engine.distributed.agent_token_file``,
+    else ``$agent_token_env``; None: none set.
+    Raises PolicyError when the file cannot be read (named, never its content)."""
+    env = os.environ if environ is None else environ
+    spec = policy.engine.distributed
+    return policy.secret("agent_token", spec.agent_token_file, env) or \
+        env.get(spec.agent_token_env) or None

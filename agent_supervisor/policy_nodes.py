@@ -24,19 +24,14 @@ drifts after a reboot or a link event, and a wrong one wedges NCCL at init (NVID
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agent_supervisor.policy_base import POLICY_CONFIG, Bytes, Count, GiB, Seconds
 
-if TYPE_CHECKING:
-    from agent_supervisor.policy import Policy
-
-__all__ = ["DistributedSpec", "NodeSpec", "agent_token", "check_nodes"]
+__all__ = ["DistributedSpec", "NodeSpec", "check_nodes"]
 
 _NAME = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 #: Resolved on each node at start (``agent_supervisor.sense.gid``); a policy may not set it.
@@ -148,12 +143,3 @@ def check_nodes(engine: Any) -> Any:
         raise ValueError("engine.distributed.agent_token_env: not a variable name")
     return engine
 
-
-def agent_token(policy: Policy, environ: Mapping[str, str] | None = None) -> str | None:
-    """The agents' bearer token: the systemd credential ``agent_token``, else
-    ``engine.distributed.agent_token_file``, else ``$agent_token_env``; None: none set.
-    Raises PolicyError when the file cannot be read (named, never its content)."""
-    env = os.environ if environ is None else environ
-    spec = policy.engine.distributed
-    return policy.secret("agent_token", spec.agent_token_file, env) or \
-        env.get(spec.agent_token_env) or None

@@ -7,20 +7,18 @@ with the line: a duplicate key (``gateway:`` twice silently won), nesting past
 ``${NAME}`` from the environment. ``shown`` decides which values an error may print:
 never one that may be a secret.
 
-``load_policy`` validates strictly, as the JSON Schema (policies/policy.schema.json) reads
-the file (issue 33): a quoted number or boolean (``port: "8080"``, ``enabled: "yes"``) is
-a string and refused, where pydantic's lax mode had converted it; an exponent without a
-dot (``1e9``) is a number, as in YAML 1.2.
+``load_policy`` (agent_supervisor/policy.py) validates strictly, as the JSON Schema
+(policies/policy.schema.json) reads the file (issue 33): a quoted number or boolean
+(``port: "8080"``, ``enabled: "yes"``) is a string and refused, where pydantic's lax mode
+had converted it; an exponent without a dot (``1e9``) is a number, as in YAML 1.2;
+``validation_problems`` words its errors.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -28,11 +26,8 @@ from pydantic_core import ErrorDetails
 
 from agent_supervisor.errors import HIDDEN, PolicyError
 
-if TYPE_CHECKING:
-    from agent_supervisor.policy import Policy
-
-__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "interpolate", "load_policy", "load_policy_file",
-           "parse_yaml", "shown"]
+__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "interpolate", "parse_yaml", "shown",
+           "validation_problems"]
 
 
 #: Deepest nesting of mappings and lists a policy may have: the shipped ones reach 5.
@@ -204,61 +199,12 @@ def _reason(err: ErrorDetails) -> str:
     return reason
 
 
-def load_policy(text: str, *, source: str = "<string>", base_dir: Path | None = None,
-                environ: dict[str, str] | None = None) -> Policy:
-    """Parse and validate one policy document.
-
-    Args: ``text`` the YAML; ``source`` the name used in error messages; ``base_dir`` the
-    directory relative paths are resolved against (default: the current directory);
-    ``environ`` the variables ``${NAME}`` in string values is replaced from (default:
-    none, so a pure call stays pure; ``load_policy_file`` passes ``os.environ``).
-    Returns: a frozen ``Policy``.
-    Raises: ``PolicyError`` for YAML syntax errors (with line and column), duplicate keys,
-    nesting past ``MAX_YAML_DEPTH``, aliases expanding past ``MAX_YAML_NODES``, an unset
-    ``${NAME}``, and every validation problem (field as a dotted path, the reason, and
-    the value only where it cannot be a secret). Non-finite numbers (``inf``, ``nan``)
-    are refused everywhere. Validation is strict (issue 33): a quoted number or boolean
-    is refused as a string, and an integer field takes no float (``8080.0``).
-    """
-    from agent_supervisor.policy import Policy  # policy.py imports this module
-
-    data = parse_yaml(text, source)
-    if not isinstance(data, dict):
-        raise PolicyError(source, message="must be a YAML mapping with fleet, engine and modes")
-    data = interpolate(data, "", source, environ or {})
-    try:
-        policy = Policy.model_validate(data, strict=True)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = _dotted(err["loc"])
-            problems.append((loc, shown(loc, err.get("input")), _reason(err)))
-        raise PolicyError(source, problems) from None
-    except RecursionError:
-        raise PolicyError(source, message="nested too deeply") from None
-    policy._base_dir = Path(os.path.abspath(base_dir or Path.cwd()))
-    return policy
-
-
-def load_policy_file(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
-    """Read and validate a policy file; relative paths resolve against its directory,
-    ``${NAME}`` resolves from the process environment; an unset state directory defaults
-    from ``environ`` (default ``os.environ``; ``policy_paths.with_state_default``).
-
-    Raises: ``PolicyError`` (file unreadable, not UTF-8, invalid YAML, invalid policy).
-    """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise PolicyError(str(p), message=f"cannot read: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise PolicyError(str(p), message=f"not UTF-8 text: byte 0x{raw[exc.start]:02x} "
-                          f"on line {line}") from None
-    from agent_supervisor.policy_paths import with_state_default
-
-    policy = load_policy(text, source=str(p), base_dir=p.parent, environ=dict(os.environ))
-    return with_state_default(policy, p, environ)
+def validation_problems(exc: ValidationError) -> list[tuple[str, Any, str]]:
+    """Each error of a failed validation as ``(field, value shown, reason)``: the field a
+    dotted path (``modes[1].args``), the value only where it cannot be a secret
+    (``shown``), the reason in the policy's words (``PolicyError``'s problems)."""
+    problems = []
+    for err in exc.errors():
+        loc = _dotted(err["loc"])
+        problems.append((loc, shown(loc, err.get("input")), _reason(err)))
+    return problems

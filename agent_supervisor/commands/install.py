@@ -35,8 +35,7 @@ from pathlib import Path
 
 from agent_supervisor.act.systemd import DEFAULT_USER, unit_file
 from agent_supervisor.errors import SetupError
-from agent_supervisor.policy import Policy, load_policy, load_policy_file
-from agent_supervisor.policy_paths import with_state_default
+from agent_supervisor.policy import Policy, load_policy, load_policy_file, with_state_default
 
 __all__ = ["add_parsers", "run"]
 

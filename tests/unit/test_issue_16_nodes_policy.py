@@ -9,8 +9,7 @@ import yaml
 
 from agent_supervisor.act.node_argv import head_start_args, node_environment, rank_argv
 from agent_supervisor.errors import PolicyError
-from agent_supervisor.policy import load_policy
-from agent_supervisor.policy_nodes import agent_token
+from agent_supervisor.policy import agent_token, load_policy
 from agent_supervisor.sense.gid import match_gid, resolve_gid_index
 from tests.conftest import FIXTURES
 
