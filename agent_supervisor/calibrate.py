@@ -58,8 +58,8 @@ from agent_supervisor.sense.process_tree import read_process_tree
 from agent_supervisor.sense.profiles import profile_for
 from agent_supervisor.states import EngineState
 
-__all__ = ["KProposal", "calibrate", "calibrate_draft_lengths", "k_variants", "propose_k_schedule",
-           "propose_order"]
+__all__ = ["KProposal", "calibrate", "calibrate_draft_lengths", "k_variants", "proposal_verdict",
+           "propose_k_schedule", "propose_order"]
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +277,9 @@ def propose_order(rows: list[dict[str, Any]], policy: Policy) -> str | None:
     return "".join(difflib.unified_diff(lines, new, "modes (now)", "modes (proposed)"))
 
 
+#: A measured ratio of the proposal to the fixed K within this of 1 is no change (runs of a
+#: few seconds on a shared CPU box differ by a few per cent).
+VERDICT_SLACK = 0.05
 #: A K whose tokens/s per request is within this fraction of the best is as good: the
 #: smaller K is kept (less verification work for the same speed; CPU runs of a few
 #: seconds differ by a few per cent from one to the next).
@@ -451,11 +454,32 @@ async def calibrate_draft_lengths(policy: Policy, mode_name: str, ks: Sequence[i
                             seconds, emit) or []
     fixed_rate = {r["concurrency"]: r["tokens_per_second_per_request"] for r in rows
                   if r["k"] == fixed}
-    for r in measured:
-        c = r["concurrency"]
-        emit(f"  at {c}: proposal {r['tokens_per_second_per_request'] / fixed_rate[c]:.2f}x "
-             f"the fixed K={fixed} (predicted {proposal.predicted_gain[c]:.2f}x)")
+    ratios = {r["concurrency"]: r["tokens_per_second_per_request"] / fixed_rate[r["concurrency"]]
+              for r in measured if fixed_rate.get(r["concurrency"])}
+    for c, ratio in ratios.items():
+        emit(f"  at {c}: proposal {ratio:.2f}x the fixed K={fixed} "
+             f"(predicted {proposal.predicted_gain[c]:.2f}x)")
+    emit(proposal_verdict(ratios, fixed))
     return {"rows": rows, "proposal": proposal, "measured": measured}
+
+
+def proposal_verdict(ratios: dict[int, float], fixed_k: int) -> str:
+    """Whether to use the measured schedule: only if it is no worse than the fixed K at
+    any load measured (below ``1 - VERDICT_SLACK`` counts as worse) and better at one.
+    ``ratios``: concurrency -> proposal's tokens/s per request over the fixed K's, same
+    run. Pure."""
+    if not ratios:
+        return "verdict: the proposal did not run; keep the fixed K"
+    worse = sorted(c for c, r in ratios.items() if r < 1 - VERDICT_SLACK)
+    better = sorted(c for c, r in ratios.items() if r > 1 + VERDICT_SLACK)
+    if worse:
+        return (f"verdict: keep the fixed K={fixed_k}: the schedule measured below it at "
+                f"{', '.join(map(str, worse))} concurrent (a range edge can cost more than "
+                "it saves: vllm #49548; or this box's noise: measure again with --seconds)")
+    if not better:
+        return f"verdict: no measured gain over the fixed K={fixed_k}; keep it"
+    return (f"verdict: use the schedule: better at {', '.join(map(str, better))} concurrent, "
+            "no worse elsewhere")
 
 
 def _table(rows: list[dict[str, Any]], ks: Sequence[int], proposal: KProposal) -> str:

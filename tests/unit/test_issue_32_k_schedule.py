@@ -147,3 +147,15 @@ def test_issue_32_sweep_variants_and_the_proposal_rung() -> None:
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 3, 5], [4, 8, 0]]
     with pytest.raises(ValueError, match="needs a vLLM mode with --speculative-config"):
         k_variants(policy, "plain", [0, 2])
+
+
+def test_issue_32_verdict_keeps_the_fixed_k_unless_the_schedule_measured_better() -> None:
+    from agent_supervisor.calibrate import proposal_verdict
+    # Measured on this box (tests/integration/test_issue_32_draft_lengths_real.py, n-gram
+    # K=5 with [[1,1,5],[2,3,0],[4,6,5]]): 0.98x, 1.08x, 0.66x, 0.35x the fixed K.
+    text = proposal_verdict({1: 0.98, 2: 1.08, 4: 0.66, 6: 0.35}, 5)
+    assert text.startswith("verdict: keep the fixed K=5") and "at 4, 6 concurrent" in text
+    assert proposal_verdict({1: 1.0, 6: 1.4}, 5) == (
+        "verdict: use the schedule: better at 6 concurrent, no worse elsewhere")
+    assert "no measured gain" in proposal_verdict({1: 1.02, 6: 0.97}, 5)
+    assert "did not run" in proposal_verdict({}, 5)
