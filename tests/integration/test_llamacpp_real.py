@@ -220,7 +220,7 @@ def test_llamacpp_bad_flag_ends_after_one_attempt_with_the_flag_named(tmp_path: 
     data["engine"]["working_directory"] = str(ROOT)
     data["engine"]["args"] += ["--bogus-flag", "3"]
     data["storage"] = {"state_directory": str(tmp_path / "state")}
-    from tests.conftest import free_port
+    from tests.helpers.ports import free_port
     data["engine"]["port"] = free_port()
     policy = load_policy(yaml.safe_dump(data), base_dir=ROOT / "policies")
 

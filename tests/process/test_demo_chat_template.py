@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from agent_supervisor.demo.build_models import CHAT_TEMPLATE
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 ENGINE_PYTHON = ROOT / ".engine-venv" / "bin" / "python"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import FAKE_ENGINE, ROOT, free_port
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.ports import free_port
 
 pytestmark = pytest.mark.postgres
 

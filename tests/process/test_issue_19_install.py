@@ -15,7 +15,7 @@ import pytest
 
 from agent_supervisor.act.systemd import DEFAULT_USER
 from agent_supervisor.policy import load_policy_file
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 POLICY = """\
 fleet: agents-a

@@ -29,8 +29,9 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import FAKE_ENGINE, ROOT, free_ports
 from tests.helpers.flood import CHAT_BODY, FloodResult, flood
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.ports import free_ports
 
 KEY = "agent-key-of-the-flood-test"
 TOKEN = "node-agent-token-of-the-flood-test"

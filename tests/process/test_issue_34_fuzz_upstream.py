@@ -28,8 +28,8 @@ from agent_supervisor.gateway.upstream import (
     Upstream,
     UpstreamError,
 )
-from tests.conftest import free_port
 from tests.helpers.fuzz import CASES, STREAMS, count, http_response, mutate, split
+from tests.helpers.ports import free_port
 
 READ_TIMEOUT = 0.1
 #: Longer than this for one response is a hang (a response may take a read timeout

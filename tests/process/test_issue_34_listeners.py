@@ -17,8 +17,8 @@ import pytest
 
 from agent_supervisor.serve import AppServer
 from agent_supervisor.serve_limits import LINGER_SECONDS, ListenerLimits
-from tests.conftest import free_port
 from tests.helpers.flood import close_all, closed, open_many, post_head, trickle
+from tests.helpers.ports import free_port
 
 LIMITS = ListenerLimits(max_connections=8, max_header_bytes=8192, header_timeout_seconds=1.0,
                         max_body_bytes=2**20, body_timeout_seconds=1.0,

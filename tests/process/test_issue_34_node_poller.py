@@ -27,7 +27,8 @@ from agent_supervisor.decide.ladder import LadderState
 from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.sense.nodes import NodePoller
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import fake_engine_policy, free_port
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.ports import free_port
 
 WORKER = "127.0.0.2"
 TOKEN = "agent-token-for-the-test"

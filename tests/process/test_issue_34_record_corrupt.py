@@ -22,8 +22,9 @@ import yaml
 from agent_supervisor.errors import StoreError
 from agent_supervisor.record.corrupt import is_corrupt, move_aside, sqlite_file
 from agent_supervisor.record.store import Store
-from tests.conftest import FAKE_ENGINE, ROOT, free_ports
 from tests.helpers.flood import CHAT_BODY
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.ports import free_ports
 
 GARBAGE = b"this is not a database, it is a torn write\n" * 200
 

@@ -22,7 +22,8 @@ from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.sense.kernel_log import KernelLogFollower
 from agent_supervisor.states import EngineState, EngineStatus
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import ROOT, fake_engine_policy
+from tests.helpers.paths import ROOT
+from tests.helpers.policies import fake_engine_policy
 
 #: Runs in a child under ``ulimit -n 1024`` (``RLIMIT_NOFILE``): every descriptor taken,
 #: then one Sample; then the descriptors given back and another.

@@ -12,7 +12,7 @@ import pytest
 
 from agent_supervisor.demo import llamacpp
 from agent_supervisor.errors import SetupError
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 LLAMACPP = ROOT / ".llamacpp"
 

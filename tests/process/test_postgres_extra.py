@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 
 def run(code_or_m: list[str], pythonpath: list[Path]) -> subprocess.CompletedProcess:

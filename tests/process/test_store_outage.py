@@ -20,7 +20,6 @@ from agent_supervisor.errors import StoreError
 from agent_supervisor.record.records import AddRun, StartService
 from agent_supervisor.record.store import Store, make_engine
 from agent_supervisor.record.writer import RecordWriter
-from tests.conftest import PG_URL
 from tests.helpers.outage import (
     T0,
     assert_all_there_once,
@@ -28,6 +27,7 @@ from tests.helpers.outage import (
     outage_records,
     started_writer,
 )
+from tests.helpers.paths import PG_URL
 
 pytestmark = pytest.mark.postgres
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 DASHBOARD = ROOT / "dashboards" / "supervisor.json"
 

@@ -11,7 +11,7 @@ from agent_supervisor.act.node_argv import head_start_args, node_environment, ra
 from agent_supervisor.errors import PolicyError
 from agent_supervisor.policy import agent_token, load_policy
 from agent_supervisor.sense.gid import match_gid, resolve_gid_index
-from tests.conftest import FIXTURES
+from tests.helpers.paths import FIXTURES
 
 SYSFS = FIXTURES / "sysfs" / "two-sparks"
 

@@ -4,7 +4,7 @@ from everything else an operator needs in a log view (agent_supervisor/show/prob
 from __future__ import annotations
 
 from agent_supervisor.show.probe_lines import hide_probe_lines, is_probe_line, tail_without_probes
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 CORE_DIED = ROOT / "tests/fixtures/engine_log/cpu-demo-0.32.0-mimo-mtp2-core-died.txt"
 

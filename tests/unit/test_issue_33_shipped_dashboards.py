@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 from agent_supervisor.cli import main
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 DASHBOARDS = ROOT / "dashboards"
 DATA = ROOT / "agent_supervisor" / "data" / "dashboards"

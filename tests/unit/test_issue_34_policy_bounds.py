@@ -20,7 +20,8 @@ from agent_supervisor.decide.replay import load_scenario, replay_scenario
 from agent_supervisor.errors import PolicyError
 from agent_supervisor.policy import load_policy, load_policy_file
 from agent_supervisor.policy_base import MAX_SECONDS
-from tests.conftest import ROOT, free_port
+from tests.helpers.paths import ROOT
+from tests.helpers.ports import free_port
 
 BASE: dict[str, Any] = {"fleet": "f", "engine": {"executable": "vllm"}, "modes": [{"name": "a"}]}
 

@@ -27,7 +27,7 @@ from agent_supervisor.runtime.upkeep import Upkeep
 from agent_supervisor.show.alerts import Alerter
 from agent_supervisor.show.metrics import SupervisorMetrics
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import fake_engine_policy
+from tests.helpers.policies import fake_engine_policy
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 JUMP = NOW + timedelta(days=400)

@@ -12,7 +12,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.runtime.service_parts import Scheduler
-from tests.conftest import fake_engine_policy
+from tests.helpers.policies import fake_engine_policy
 
 
 class SlowJob:

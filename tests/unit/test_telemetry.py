@@ -16,7 +16,7 @@ from agent_supervisor.record.trace import read_trace
 from agent_supervisor.telemetry.rates import engine_rates
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import FIXTURES
+from tests.helpers.paths import FIXTURES
 
 TRACE = FIXTURES / "traces" / "cpu-demo-spec-slower.trace.jsonl"
 
