@@ -7,7 +7,8 @@ import os
 import signal
 
 from agent_supervisor.states import EngineState
-from tests.process.test_launcher import core_pid, wait_for
+from tests.helpers.launcher import core_pid
+from tests.helpers.waiting import wait_for
 
 
 async def test_a_real_crash_is_listed_with_its_evidence(client, service) -> None:

@@ -10,7 +10,7 @@ import subprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_supervisor import __version__
-from tests.process.test_issue_19_alert_rules import promtool
+from tests.helpers.alert_rules import promtool
 
 
 async def test_issue_19_live_scrape_passes_promtool_check_metrics(client) -> None:

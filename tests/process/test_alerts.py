@@ -4,70 +4,14 @@ limit, retries, and that a dead webhook never holds anything up."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent_supervisor.act.incident import Incident, Transition
 from agent_supervisor.policy_guards import AlertSpec
 from agent_supervisor.show.alerts import Alerter
-from tests.conftest import free_port
-
-
-class Receiver:
-    """A webhook endpoint that records bodies and fails the first ``fail`` posts."""
-
-    def __init__(self, fail: int = 0) -> None:
-        self.bodies: list[dict] = []
-        self.fail = fail
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if outer.fail > 0:
-                    outer.fail -= 1
-                    self.send_response(500)
-                else:
-                    outer.bodies.append(body)
-                    self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                return
-
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def incident(kind: str = "engine_core_died", severity: str = "critical") -> Incident:
-    return Incident(kind=kind, severity=severity, started_at=datetime.now(UTC),
-                    action="restart", explanation="EngineCore died", mode="mtp2", rung=0)
-
-
-STEP = Transition(at=datetime.now(UTC), from_mode="mtp2", to_mode="mtp1", from_rung=0,
-                  to_rung=1, reason="2 crashes", actor="guard:engine_dead")
-
-
-async def until(predicate, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
+from tests.helpers.alerts import STEP, Receiver, incident
+from tests.helpers.ports import free_port
+from tests.helpers.waiting import until
 
 
 async def test_critical_incidents_and_step_downs_are_sent_rate_limited() -> None:

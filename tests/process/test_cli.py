@@ -14,12 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import FAKE_ENGINE, ROOT, free_port, free_ports
-
-
-def sup(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent_supervisor", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60, **kw)
+from tests.helpers.cli import cli_policy, sup
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.ports import free_port, free_ports
 
 
 def test_policy_check_prints_the_ladder() -> None:
@@ -116,18 +113,6 @@ def test_sample_prints_the_engine_and_the_box(tmp_path: Path) -> None:
     finally:
         os.killpg(engine.pid, signal.SIGKILL)
         engine.wait()
-
-
-def cli_policy(tmp_path: Path, **sections) -> Path:
-    """A one-mode policy on the fake engine, every port free."""
-    policy = tmp_path / "p.yaml"
-    engine_port, gateway_port, admin_port = free_ports(3)
-    policy.write_text(yaml.safe_dump({
-        "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
-                                   "port": engine_port, "shutdown_timeout_seconds": 1},
-        "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
-        "gateway": {"port": gateway_port}, "admin": {"port": admin_port}, **sections}))
-    return policy
 
 
 def wait_ready(policy: Path, timeout_s: float = 30) -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from agent_supervisor.act.engine_env import find_run_tmp_dirs
 from agent_supervisor.states import CrashReason, EngineState
-from tests.process.test_launcher import launcher_for, wait_for
+from tests.helpers.launcher import launcher_for
+from tests.helpers.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = {

@@ -16,7 +16,7 @@ import pytest
 
 from agent_supervisor.gateway.paths import ADMITTED
 from agent_supervisor.gateway.prompt import estimate_tokens
-from tests.process.test_gateway import Rig, chat, start_engine, stop_engine
+from tests.helpers.gateway_rig import Rig, chat, start_engine, stop_engine
 
 
 @pytest.mark.parametrize("path", sorted(ADMITTED))

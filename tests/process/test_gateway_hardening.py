@@ -21,8 +21,9 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import FAKE_ENGINE, ROOT, free_port
-from tests.process.test_gateway import Rig, chat, engine_saw
+from tests.helpers.gateway_rig import Rig, chat, engine_saw
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.ports import free_port
 
 
 async def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, bytes]:

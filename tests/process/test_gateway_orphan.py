@@ -22,9 +22,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import FAKE_ENGINE, ROOT
-from tests.process.test_gateway_process import control, gateway_url, wait
-from tests.process.test_production import policy_file
+from tests.helpers.gateway_process import control, gateway_url, wait
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.production import policy_file
 
 WORDS = 12
 SLOW = ["--tokens", str(WORDS), "--token-delay", "0.1"]

@@ -6,12 +6,10 @@ socket activation (fd 3 and 4 from ``systemd-socket-activate``)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +22,9 @@ import pytest
 import yaml
 
 from agent_supervisor.record.store import Store
-from tests.conftest import FAKE_ENGINE, ROOT
-from tests.process.test_production import engines, policy_file, start, status
-from tests.process.test_production import wait as wait_20
-
-
-def wait(what: str, predicate, timeout: float = 120.0):
-    """As test_production's, with room for a box whose CPU other engines take."""
-    return wait_20(what, predicate, timeout)
-
+from tests.helpers.gateway_process import _Unix, control, gateway_url, wait  # noqa: F401  (moved; importers use tests.helpers)
+from tests.helpers.paths import FAKE_ENGINE, ROOT
+from tests.helpers.production import engines, policy_file, start, status
 
 SLOW = ["--tokens", "20", "--token-delay", "0.05"]
 
@@ -44,10 +36,6 @@ def slow_policy(tmp_path: Path) -> Path:
     data["modes"] = [{"name": "fast"}, {"name": "safe"}]
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-def gateway_url(path: Path) -> str:
-    return f"http://127.0.0.1:{yaml.safe_load(path.read_text())['gateway']['port']}"
 
 
 def gateway_pid(tmp_path: Path) -> int:
@@ -172,34 +160,6 @@ def test_issue_14_engine_gone_while_the_supervisor_is_away_requests_wait(
     finally:
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(90) == 0
-
-
-class _Unix(http.client.HTTPConnection):
-    def __init__(self, path: Path) -> None:
-        super().__init__("gateway", timeout=10)
-        self.path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(10)
-            sock.connect(str(self.path))
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def control(state: Path, method: str, url: str, json_body: dict | None = None) -> tuple:
-    """(status, JSON) from the gateway's control socket (raises OSError if none)."""
-    conn = _Unix(state / "gateway.sock")
-    try:
-        conn.request(method, url, body=json.dumps(json_body) if json_body else None,
-                     headers={"content-type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
 
 
 @pytest.fixture

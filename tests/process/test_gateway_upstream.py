@@ -19,8 +19,8 @@ import pytest
 
 from agent_supervisor.gateway import upstream as upstream_module
 from agent_supervisor.gateway.upstream import Upstream, UpstreamError
-from tests.conftest import free_port
-from tests.process.test_gateway import start_engine, stop_engine
+from tests.helpers.gateway_rig import start_engine, stop_engine
+from tests.helpers.ports import free_port
 
 
 def chunk(data: bytes) -> bytes:

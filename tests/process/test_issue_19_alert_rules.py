@@ -5,34 +5,19 @@ supervisor exports (names taken from its exporters, not retyped)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
-ALERTS = Path(__file__).resolve().parents[2] / "dashboards" / "alerts"
-RULES = ALERTS / "supervisor.rules.yml"
+from tests.helpers.alert_rules import ALERTS, RULES, promtool, rules
+
 RULE_TESTS = ALERTS / "supervisor.rules.test.yml"
 
 #: Every alert the issue asks for, by the name it has in the rules.
 EXPECTED = {"SupervisorScrapeFailing", "SupervisorAbsent", "SupervisorTicksStale",
             "EngineDown", "EngineCrashLoop", "EngineHung", "MemoryFloorNear", "StepDown",
             "SupervisorGaveUp", "RebootRequired", "GatewayRejecting"}
-
-
-def promtool() -> str:
-    """The promtool binary; `make test` installs it (Debian's `prometheus` package)."""
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool is missing: `make test` installs it (apt-get install "
-                    "prometheus); or run `make promtool`")
-    return path
-
-
-def rules() -> list[dict]:
-    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
 
 
 def test_issue_19_rules_are_valid_and_pass_their_unit_tests() -> None:

@@ -12,8 +12,9 @@ from agent_supervisor.policy_guards import AlertSpec
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.show.alerts import Alerter
-from tests.conftest import fake_engine_policy
-from tests.process.test_alerts import STEP, Receiver, incident, until
+from tests.helpers.alerts import STEP, Receiver, incident
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.waiting import until
 
 UP = Transition(at=datetime.now(UTC), from_mode="mtp1", to_mode="mtp2", from_rung=1,
                 to_rung=0, reason="calm for 1800 s", actor="schedule")

@@ -19,8 +19,8 @@ from agent_supervisor.policy_guards import AlertSpec
 from agent_supervisor.record.store import Store
 from agent_supervisor.show.alerts import Alerter
 from agent_supervisor.show.metrics import TRANSITION_CAUSES
-from tests.process.test_issue_19_alert_rules import RULES, promtool, rules
-from tests.process.test_recorder import make_recorder, sample_value
+from tests.helpers.alert_rules import RULES, promtool, rules
+from tests.helpers.recorder import make_recorder, sample_value
 
 
 def _step_down_case(cause: str) -> dict:

@@ -17,9 +17,9 @@ from agent_supervisor.cli import _parser
 from agent_supervisor.policy import load_policy_file
 from agent_supervisor.record.models import ModeTransitionRow
 from agent_supervisor.record.store import Store
-from tests.conftest import fake_engine_policy
 from tests.helpers.admin_stub import StubService, serving, status_of
-from tests.process.test_cli import cli_policy, sup
+from tests.helpers.cli import cli_policy, sup
+from tests.helpers.policies import fake_engine_policy
 
 
 def subcommand_names(parser: argparse.ArgumentParser) -> set[str]:

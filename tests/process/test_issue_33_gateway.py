@@ -17,8 +17,8 @@ import httpx
 from prometheus_client import generate_latest
 
 from agent_supervisor.gateway.models import served_names
-from tests.conftest import fake_engine_policy
-from tests.process.test_gateway import Rig, engine_saw, start_engine, stop_engine
+from tests.helpers.gateway_rig import Rig, engine_saw, start_engine, stop_engine
+from tests.helpers.policies import fake_engine_policy
 
 NAMED = [{"name": "fast", "args": {"--served-model-name": "fake-model"}}]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.helpers.flood import CHAT_BODY, close_all, closed, open_many, post_head, trickle
-from tests.process.test_gateway import Rig, chat
+from tests.helpers.gateway_rig import Rig, chat
 
 ONE_SLOT = [{"name": "fast", "gateway": {"max_concurrency": 1, "max_queue": 1,
                                          "queue_timeout_seconds": 30}}]

@@ -26,7 +26,8 @@ from agent_supervisor.act.systemd import unit_file
 from agent_supervisor.act.systemd_gateway import gateway_service_unit
 from agent_supervisor.policy import load_policy_file
 from agent_supervisor.sense.kernel_log import KernelLogFollower
-from tests.conftest import ROOT, fake_engine_policy
+from tests.helpers.paths import ROOT
+from tests.helpers.policies import fake_engine_policy
 
 POLICY_PATH = ROOT / "policies" / "cpu-demo.yaml"
 ANALYZE = shutil.which("systemd-analyze")
@@ -164,7 +165,7 @@ async def test_issue_34_an_unreadable_kernel_log_is_a_warning_incident_at_start(
     the warning naming the fix is logged and reaches the alert webhook as an incident."""
     from agent_supervisor.record.store import Store
     from agent_supervisor.service import Supervisor
-    from tests.process.test_alerts import Receiver
+    from tests.helpers.alerts import Receiver
 
     rx = Receiver()
     policy = fake_engine_policy(

@@ -11,33 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
-from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.processes import SHM_DIR, group_members
 from agent_supervisor.states import CrashReason, EngineState
-from tests.conftest import fake_engine_policy
-
-
-async def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-def launcher_for(tmp_path: Path, *fake_args: str, **sections):
-    changes: list[EngineState] = []
-    policy = fake_engine_policy(tmp_path, fake_args=list(fake_args), **sections)
-    launcher = EngineLauncher(policy, on_change=lambda run, state: changes.append(state))
-    return launcher, changes
-
-
-def core_pid(pid: int) -> int:
-    (core,) = [c for c in psutil.Process(pid).children()
-               if c.cmdline()[:1] == ["VLLM::EngineCore"]]
-    return core.pid
+from tests.helpers.launcher import core_pid, launcher_for
+from tests.helpers.waiting import wait_for
 
 
 async def test_start_ready_stop(tmp_path: Path) -> None:

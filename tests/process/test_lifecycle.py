@@ -34,9 +34,10 @@ from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.states import CrashReason, EngineState
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import fake_engine_policy
 from tests.helpers.freezer import Freezer
-from tests.process.test_launcher import wait_for
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.processes import titled_child
+from tests.helpers.waiting import wait_for
 
 MiB = 2**20
 
@@ -97,14 +98,6 @@ def rebase_before(run, balloon_mb: int) -> int:
     run.mem_available_before_bytes = psutil.virtual_memory().available + balloon_mb * MiB
     run.processes_rss_before_bytes = processes_rss_bytes()
     return run.mem_available_before_bytes
-
-
-def titled_child(pid: int, title: str) -> int | None:
-    try:
-        kids = psutil.Process(pid).children()
-    except psutil.NoSuchProcess:
-        return None
-    return next((c.pid for c in kids if c.cmdline()[:1] == [title]), None)
 
 
 async def test_issue_12_engine_core_dying_during_start_is_declared_within_the_bound(
@@ -320,8 +313,8 @@ async def test_issue_12_gpu_lost_kills_holds_alerts_and_status_says_reboot(
     from agent_supervisor.record.store import Store
     from agent_supervisor.sense.kernel_log import KernelLogFollower
     from agent_supervisor.service import Supervisor
-    from tests.conftest import ROOT
-    from tests.process.test_alerts import Receiver
+    from tests.helpers.alerts import Receiver
+    from tests.helpers.paths import ROOT
 
     rx = Receiver()
     policy = fake_engine_policy(tmp_path, sampling={"tick_seconds": 0.3},

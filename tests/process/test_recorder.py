@@ -11,26 +11,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decision import Action
-from agent_supervisor.policy_guards import AlertSpec
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.record.records import AddRun, StartService
 from agent_supervisor.record.store import Store
-from agent_supervisor.record.writer import RecordWriter
 from agent_supervisor.runtime.levers import Ladder
-from agent_supervisor.runtime.recorder import Recorder
 from agent_supervisor.runtime.reload import Reloader
 from agent_supervisor.runtime.startup import StartUp
-from agent_supervisor.show.alerts import Alerter
-from agent_supervisor.show.metrics import SupervisorMetrics
 from agent_supervisor.states import CrashReason
-from tests.conftest import fake_engine_policy
-from tests.process.test_alerts import Receiver
-from tests.process.test_launcher import wait_for
+from tests.helpers.alerts import Receiver
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.recorder import make_recorder, sample_value
+from tests.helpers.waiting import wait_for
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agent_supervisor"
 
@@ -58,19 +53,6 @@ def incident_kinds() -> set[str]:
                     and isinstance(node.args[1], ast.Constant):
                 kinds.add(node.args[1].value)
     return kinds
-
-
-def sample_value(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    return registry.get_sample_value(name, labels) or 0.0
-
-
-def make_recorder(store: Store, tmp_path: Path, url: str) -> tuple[Recorder, CollectorRegistry]:
-    registry = CollectorRegistry()
-    metrics = SupervisorMetrics(registry)
-    alerter = Alerter(AlertSpec(webhook_url=url, min_interval_seconds=0), "test",
-                      metrics.alerts)
-    writer = RecordWriter(store, spool_path=tmp_path / "spool.jsonl")
-    return Recorder(writer, metrics, alerter), registry
 
 
 async def test_issue_18_every_incident_kind_reaches_the_metric_and_the_webhook(

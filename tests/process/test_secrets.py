@@ -16,7 +16,7 @@ import httpx
 import yaml
 
 from agent_supervisor.record.store import Store
-from tests.process.test_production import engines, policy_file, start, status, wait
+from tests.helpers.production import engines, policy_file, start, status, wait
 
 SECRETS = {
     "SUPERVISOR_ADMIN_TOKEN": "planted-admin-token-91ac",

@@ -4,40 +4,16 @@ from a slow one; the GPU is absent here and says so once."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.sense.collect import Sensors
-from agent_supervisor.sense.gpu import GpuSensor
 from agent_supervisor.sense.kernel_log import KernelLogFollower
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import fake_engine_policy
-from tests.process.test_launcher import wait_for
-
-QUICK_CANARY = {"canary_after_seconds": 0.4, "canary_timeout_seconds": 0.6,
-                "probe_timeout_seconds": 1.0}
-
-
-async def run_ticks(tmp_path: Path, fake_args: list[str], seconds: float):
-    policy = fake_engine_policy(tmp_path, fake_args=fake_args, sampling=QUICK_CANARY)
-    launcher = EngineLauncher(policy)
-    sensors = Sensors(policy, gpu=GpuSensor(), kernel=None)
-    await sensors.start()
-    window = Window()
-    await launcher.start(rung=0)
-    await wait_for(lambda: launcher.state is EngineState.READY)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        window.append(await sensors.sample(now_s=time.monotonic(), status=launcher.status(),
-                                           window=window))
-        await asyncio.sleep(0.1)
-    await sensors.close()
-    await launcher.stop()
-    await launcher.close()
-    return list(window)
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.sensors import run_ticks
 
 
 async def test_busy_scrape_with_a_flat_heartbeat_sends_a_canary(tmp_path: Path) -> None:

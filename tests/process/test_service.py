@@ -12,8 +12,8 @@ from agent_supervisor.act.processes import group_members
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.conftest import fake_engine_policy
-from tests.process.test_launcher import wait_for
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.waiting import wait_for
 
 FAST = {"tick_seconds": 0.2, "probe_timeout_seconds": 1}
 
