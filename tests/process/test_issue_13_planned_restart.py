@@ -10,12 +10,12 @@ from agent_supervisor.act.effects import Executor
 from agent_supervisor.decide.decision import Action
 from agent_supervisor.decide.ladder import advance
 from agent_supervisor.record.store import Store
-from tests.conftest import fake_engine_policy
+from tests.helpers.alerts import Receiver
+from tests.helpers.fakes import FakeEngine, FakeGateway
 from tests.helpers.field_cases import FIELD, first_action, load_case, play_case
-from tests.process.test_alerts import Receiver
-from tests.process.test_launcher import wait_for
-from tests.process.test_recorder import make_recorder
-from tests.unit.test_executor import FakeEngine, FakeGateway
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.recorder import make_recorder
+from tests.helpers.waiting import wait_for
 
 
 def planned(kind_dir: str, name: str):

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_supervisor.decide.decision import Action
+from tests.helpers.field_case_kinds import KINDS
 from tests.helpers.field_cases import (
     FieldCase,
     all_cases,
@@ -45,18 +46,6 @@ COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "iteration_tokens_
             "request_tpot_sum_seconds_total", "request_tpot_count_total",
             "requests_finished_total")
 
-#: The serving-engine kinds of issue 13 (the edges of the engine's life, issue 12, have
-#: their own closed-loop scenarios; their start-up traces are not cadence-free).
-KINDS = frozenset({
-    "agent_parser_errors", "corrupted_output", "engine_admission_stall",
-    "engine_hang_suspected", "engine_hung",
-    "exited", "memory_creep", "memory_floor", "memory_floor_start_held",
-    "platform_low_power_state", "platform_slow_state", "preemption_storm",
-    "preemption_storm_recurring",
-    "sample_gap_memory", "sample_gap_starved", "soc_hot", "spec_acceptance_anomaly",
-    "spec_acceptance_drift", "spec_degraded",
-    "spec_launch_lottery", "spec_prefix_cache_defeated", "spec_slower_than_plain",
-    "spec_structured_output", "telemetry_degraded"})
 CASES = [c for c in (load_case(p) for p in all_cases()) if c.kind in KINDS]
 #: By name: Hypothesis prints a failing example's arguments, and a whole case (its samples
 #: and policy) runs to megabytes, past its repr limit (the warning then hides the failure).

@@ -9,6 +9,7 @@ import pytest
 
 from agent_supervisor.commands.common import EXIT_USAGE, since
 from agent_supervisor.commands.levers import status_text
+from tests.helpers.commands import _status
 
 
 def test_a_bad_since_exits_2_naming_the_value(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,18 +24,6 @@ def test_since_reads_ages_and_iso_times() -> None:
     assert since("2026-12-01T10:00:00") == datetime(2026, 12, 1, 10, tzinfo=UTC)
     age = datetime.now(UTC) - since("2h")  # type: ignore[operator]
     assert 7190 < age.total_seconds() < 7260
-
-
-def _status(max_concurrency: int | None) -> dict:
-    gateway = {"requests_in_flight": 1, "requests_queued": 0,
-               "max_concurrency": max_concurrency}
-    return {"fleet": "f", "mode": "fast", "rung": 0, "ladder": [], "engine_state": "ready",
-            "engine_seconds_in_state": 3.0, "engine_run_id": None, "engine_pid": None,
-            "uptime_seconds": 9.0, "calm_seconds": 0.0, "pinned": None, "paused": False,
-            "memory": {"mem_available_bytes": None, "memory_floor_bytes": None,
-                       "headroom_bytes": None},
-            "in_flight": {"engine_requests_running": None, "engine_requests_waiting": None,
-                          "gateway": gateway}}
 
 
 def test_status_says_an_unset_concurrency_cap_in_words() -> None:

@@ -8,6 +8,7 @@ from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Severity
 from agent_supervisor.decide.ladder import LadderState, advance
 from agent_supervisor.states import EngineState
+from tests.helpers.guards import BASELINES, decoding
 from tests.unit.scenario import POLICY, GiB, decide_on, play, samples
 
 
@@ -345,17 +346,6 @@ def test_overall_044_at_k8_with_position0_076_is_not_an_anomaly() -> None:
     trace = samples(0, 600, **spec_counters(0.76))
     d = decide_on(trace)
     assert d.action is Action.HOLD and d.findings == ()
-
-
-BASELINES = {"nospec": [(1.0, 1000.0), (4.0, 600.0)]}
-
-
-def decoding(per_request_tps, running=4.0, **kw):
-    """4 requests finish every 10 s, each at ``per_request_tps`` tokens/s."""
-    return {"requests_running": running, "requests_waiting": 0.0,
-            "request_tpot_count_total": lambda t: 4.0 * (t // 10),
-            "request_tpot_sum_seconds_total": lambda t: 4.0 * (t // 10) / per_request_tps,
-            **kw}
 
 
 def test_speculation_slower_than_plain_waits_for_calm_then_steps_to_nospec() -> None:

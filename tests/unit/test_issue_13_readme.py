@@ -3,8 +3,8 @@ serving-engine kinds, each row with its evidence, its response and its negative 
 
 from __future__ import annotations
 
-from tests.conftest import ROOT
-from tests.property.test_field_case_properties import KINDS
+from tests.helpers.field_case_kinds import KINDS
+from tests.helpers.paths import ROOT
 
 
 def test_issue_13_readme_guard_table_lists_every_kind_with_four_columns() -> None:

@@ -22,8 +22,9 @@ from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.rates import engine_rates
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import ROOT, fake_engine_policy
-from tests.unit.test_grafana_dashboard import metric_names, supervisor_names
+from tests.helpers.grafana import metric_names, supervisor_names
+from tests.helpers.paths import ROOT
+from tests.helpers.policies import fake_engine_policy
 
 DASHBOARD = ROOT / "dashboards" / "supervisor.json"
 SAMPLE_FIELDS = {f.name for f in dataclasses.fields(Sample)}

@@ -18,8 +18,8 @@ from agent_supervisor.decide.lifecycle import (
 from agent_supervisor.decide.recommended import xid_action
 from agent_supervisor.policy import load_policy
 from agent_supervisor.states import EngineState
+from tests.helpers.guards import BASELINES, decoding
 from tests.unit.scenario import POLICY, POLICY_YAML, GiB, decide_on, play, samples
-from tests.unit.test_guards import BASELINES, decoding
 
 STARTING = {"engine_state": EngineState.STARTING, "engine_was_ready": False}
 
