@@ -13,10 +13,9 @@ import pytest
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.conftest import fake_engine_policy
-from tests.process.test_launcher import wait_for
-
-TOKEN = "test-admin-token"
+from tests.helpers.admin_api import TOKEN, auth  # noqa: F401  (moved; importers use tests.helpers)
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.waiting import wait_for
 
 
 @pytest.fixture
@@ -39,5 +38,3 @@ async def client(service: Supervisor) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-def auth() -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKEN}"}

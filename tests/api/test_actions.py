@@ -8,8 +8,8 @@ from httpx import ASGITransport, AsyncClient
 from agent_supervisor.show.api.app import create_admin_app
 from agent_supervisor.show.api.deps import LOOPBACK_NAMES, allowed_host
 from agent_supervisor.states import EngineState
-from tests.api.conftest import auth
-from tests.process.test_launcher import wait_for
+from tests.helpers.admin_api import auth
+from tests.helpers.waiting import wait_for
 
 
 @pytest.mark.parametrize("action", ["pin", "unpin", "step-down", "step-up", "pause", "resume"])

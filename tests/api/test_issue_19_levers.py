@@ -11,9 +11,10 @@ import sys
 
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.api.conftest import TOKEN
-from tests.conftest import ROOT, free_port
-from tests.process.test_launcher import wait_for
+from tests.helpers.admin_api import TOKEN
+from tests.helpers.paths import ROOT
+from tests.helpers.ports import free_port
+from tests.helpers.waiting import wait_for
 
 
 async def cli(sup: Supervisor, *args: str, token: str | None = TOKEN,

@@ -12,8 +12,8 @@ import httpx
 
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.api.conftest import auth
-from tests.process.test_launcher import wait_for
+from tests.helpers.admin_api import auth
+from tests.helpers.waiting import wait_for
 
 
 async def _events(resp: httpx.Response, out: list[tuple[str, dict]]) -> None:

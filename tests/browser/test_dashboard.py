@@ -6,7 +6,6 @@ incident list, its evidence opens on click, and a screenshot lands in test-artif
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 from pathlib import Path
 
@@ -17,16 +16,13 @@ from agent_supervisor.act.effects import LOG_TAIL_LINES
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.conftest import ROOT, fake_engine_policy
-from tests.process.test_launcher import wait_for
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers.paths import ROOT
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-#: Flags that work on these machines (no GPU, no sandbox for root, no network calls home).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 SCREENSHOT = ROOT / "test-artifacts" / "dashboard.png"
 CHART_IDS = ("memory", "psi", "gpu", "kv", "requests", "tokens", "spec")
 

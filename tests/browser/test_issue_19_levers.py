@@ -14,9 +14,10 @@ import pytest
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.browser.test_dashboard import CHROMIUM, CHROMIUM_ARGS
-from tests.conftest import ROOT, fake_engine_policy
-from tests.process.test_launcher import wait_for
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers.paths import ROOT
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 

@@ -14,9 +14,10 @@ import pytest
 
 from agent_supervisor.policy import Policy
 from agent_supervisor.record.store import Store
-from tests.browser.test_dashboard import CHROMIUM, CHROMIUM_ARGS
-from tests.conftest import ROOT, fake_engine_policy
 from tests.helpers.admin_stub import StubService, add_incident, serving, status_of
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers.paths import ROOT
+from tests.helpers.policies import fake_engine_policy
 
 pytestmark = pytest.mark.browser
 

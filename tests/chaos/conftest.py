@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ENGINE_PYTHON, MODELS
+from tests.helpers.real_engine import ENGINE_PYTHON, MODELS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

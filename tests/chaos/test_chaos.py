@@ -20,9 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from agent_supervisor.chaos import scenarios
-from agent_supervisor.chaos.harness import Result, Rig
-
-RESULTS: list[Result] = []
+from agent_supervisor.chaos.harness import Rig
+from tests.helpers.chaos import record
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +33,6 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     r.start_fleet(sessions=6)
     yield r
     r.close()
-
-
-def record(res: Result) -> Result:
-    RESULTS.append(res)
-    print(f"\n{res.scenario}: detected {res.detected_seconds}, serving again "
-          f"{res.serving_again_seconds}, failed {res.requests_failed}/{res.requests_total}, "
-          f"{res.extra}")
-    return res
 
 
 @pytest.mark.parametrize("index", range(4), ids=["core", "worker-exit0", "group", "orphans"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent_supervisor.chaos import extra
-from tests.chaos.test_chaos import record
+from tests.helpers.chaos import record
 
 
 def test_start_failure_loop_is_bounded(tmp_path: Path) -> None:

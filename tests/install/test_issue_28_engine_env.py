@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.install.conftest import PIP_TIMEOUT_S, clean_env, make_venv, run, site_packages
+from tests.helpers.install import PIP_TIMEOUT_S, clean_env, make_venv, run, site_packages
+from tests.helpers.paths import ROOT
 
 ENGINE_VENV = ROOT / ".engine-venv"
 needs_engine_env = pytest.mark.skipif(

@@ -28,14 +28,9 @@ import pytest
 import yaml
 
 from agent_supervisor.commands.install import _closed_to_others
-from tests.conftest import FAKE_ENGINE, FIXTURES, ROOT, free_ports
-from tests.install.conftest import (
-    PIP_TIMEOUT_S,
-    clean_env,
-    make_venv,
-    run,
-    site_packages,
-)
+from tests.helpers.install import PIP_TIMEOUT_S, clean_env, make_venv, run, site_packages
+from tests.helpers.paths import FAKE_ENGINE, FIXTURES, ROOT
+from tests.helpers.ports import free_ports
 
 #: README.md's "Install on a Spark" as this test runs it: ``{root}`` is empty on a real
 #: box (``install`` also gets ``--root`` here).

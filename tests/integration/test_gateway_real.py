@@ -19,8 +19,9 @@ import httpx
 import openai
 import yaml
 
-from tests.conftest import ROOT
-from tests.integration.conftest import demo_policy, engine_core_pid
+from tests.helpers.paths import ROOT
+from tests.helpers.real_engine import demo_policy, engine_core_pid
+from tests.helpers.scrape import metric
 
 #: MTP k=2 with its untrained layer: about a third of plain speed (shared/CPU_ENGINE.md),
 #: so the stream lasts seconds and a kill half a second in lands mid-stream.
@@ -32,12 +33,6 @@ PROMPT = "I will read the file in main.py"
 LONG = 1900
 #: This anthropic SDK (2.x) takes no temperature argument; the body field still works.
 GREEDY = {"temperature": 0}
-
-
-def metric(svc, name: str) -> float:
-    text = httpx.get(f"http://127.0.0.1:{svc.admin_port}/metrics", timeout=10).text
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
 
 
 def chat_stream(client: openai.OpenAI, **kw):

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.conftest import ROOT
-from tests.integration.conftest import demo_policy
-from tests.integration.test_gateway_real import metric
+from tests.helpers.paths import ROOT
+from tests.helpers.real_engine import demo_policy
+from tests.helpers.scrape import metric
 
 MODES = [{"name": "plain", "args": {"--max-num-seqs": 4, "--max-model-len": 1024}}]
 COUNTER = "supervisor_gateway_degenerate_streams_total"

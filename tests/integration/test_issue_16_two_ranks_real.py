@@ -43,9 +43,7 @@ from agent_supervisor.policy import load_policy
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.conftest import free_port
-from tests.integration.conftest import ENGINE_PYTHON, MODELS
-from tests.process.test_issue_16_nodes import (
+from tests.helpers.nodes import (
     TOKEN,
     WORKER,
     _agent,
@@ -57,7 +55,9 @@ from tests.process.test_issue_16_nodes import (
     _serving,
     _stop,
 )
-from tests.process.test_launcher import wait_for
+from tests.helpers.ports import free_port
+from tests.helpers.real_engine import ENGINE_PYTHON, MODELS
+from tests.helpers.waiting import wait_for
 
 SHIM = Path(__file__).parents[1] / "helpers" / "vllm_serve.py"
 #: The worker node's staleness bound (s): its agent's samples older than this are a finding.

@@ -23,7 +23,7 @@ from agent_supervisor.policy import load_policy_file
 from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.states import CrashReason, EngineState
 from agent_supervisor.telemetry.window import Window
-from tests.integration.conftest import demo_policy
+from tests.helpers.real_engine import demo_policy
 
 
 def titled(pid: int, title: str) -> int | None:

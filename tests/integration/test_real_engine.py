@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent_supervisor.act.processes import group_members
 from agent_supervisor.record.store import Store
-from tests.integration.conftest import demo_policy, engine_core_pid
+from tests.helpers.real_engine import demo_policy, engine_core_pid
 
 
 def port_closed(port: int) -> bool:

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 from agent_supervisor.load.agents import AgentLoad
-from tests.conftest import ROOT
-from tests.integration.conftest import demo_policy
+from tests.helpers.paths import ROOT
+from tests.helpers.real_engine import demo_policy
 
 
 def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_factory) -> None:
