@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent_supervisor.sense.golden import STORE_NAME
-from tests.conftest import ROOT
-from tests.integration.conftest import Service, demo_policy
+from tests.helpers.paths import ROOT
+from tests.helpers.real_engine import Service, demo_policy
 
 WRAPPER = ROOT / "agent_supervisor" / "chaos" / "corrupt_engine.py"
 MODES = [{"name": "plain", "args": {"--max-num-seqs": 4}}]

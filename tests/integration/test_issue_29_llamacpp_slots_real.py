@@ -19,8 +19,9 @@ from agent_supervisor.policy import load_policy
 from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import ROOT, free_port
-from tests.process.test_launcher import wait_for
+from tests.helpers.paths import ROOT
+from tests.helpers.ports import free_port
+from tests.helpers.waiting import wait_for
 
 SERVER = ROOT / ".llamacpp" / "bin" / "llama-server"
 MODEL = ROOT / ".llamacpp" / "models" / "target-f16.gguf"

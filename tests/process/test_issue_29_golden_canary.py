@@ -19,8 +19,8 @@ from agent_supervisor.sense.golden import STORE_NAME
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import fake_engine_policy
-from tests.process.test_launcher import wait_for
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.waiting import wait_for
 
 QUICK = {"probe_timeout_seconds": 1.0,
          "golden_canary": {"interval_seconds": 0.5, "timeout_seconds": 2.0}}

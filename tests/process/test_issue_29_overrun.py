@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from agent_supervisor.sense.gateway_load import gateway_fields
-from tests.process.test_gateway import Rig, chat
+from tests.helpers.gateway_rig import Rig, chat
 
 MODES = [{"name": "fast", "gateway": {"max_concurrency": 4, "max_queue": 4}}]
 

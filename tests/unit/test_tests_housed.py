@@ -24,12 +24,8 @@ ROOT = TESTS.parent
 # import). Their owners move those to tests/helpers/ and rewrite the imports; each entry
 # must go then (a stale entry fails the test).
 WAITING_ON_OWNERS = {
-    "tests/integration/test_issue_29_golden_canary_real.py",
-    "tests/integration/test_issue_29_llamacpp_slots_real.py",
     "tests/integration/test_issue_29_start_failures_real.py",
     "tests/integration/test_issue_32_draft_lengths_real.py",
-    "tests/process/test_issue_29_golden_canary.py",
-    "tests/process/test_issue_29_overrun.py",
     "tests/process/test_issue_29_process_memory.py",
     "tests/process/test_issue_31_advise.py",
     "tests/process/test_issue_31_readiness.py",
