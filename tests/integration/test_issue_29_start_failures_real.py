@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.conftest import MODELS, demo_policy
+from tests.helpers.real_engine import MODELS, demo_policy
 
 
 def truncated_model(tmp_path: Path) -> Path:

@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
-from tests.integration.conftest import demo_policy
+from tests.helpers.paths import ROOT
+from tests.helpers.real_engine import demo_policy
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
          "prompt_lookup_min": 2}

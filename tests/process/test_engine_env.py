@@ -114,7 +114,7 @@ _EMFILE = textwrap.dedent("""
     import asyncio, os, resource, sys
     from pathlib import Path
     from agent_supervisor.act.launcher import EngineLauncher
-    from tests.conftest import fake_engine_policy
+    from tests.helpers.policies import fake_engine_policy
 
     async def main():
         policy = fake_engine_policy(Path(sys.argv[1]))

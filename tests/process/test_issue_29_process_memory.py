@@ -68,7 +68,7 @@ def test_issue_29_status_of_no_process_is_unknown() -> None:
 
 async def test_issue_29_the_sensors_fill_the_new_fields_from_a_real_engine_process(
         tmp_path: Path) -> None:
-    from tests.process.test_sensors import run_ticks
+    from tests.helpers.sensors import run_ticks
     # plain.busy (vLLM 0.32.0): request_success_total{finished_reason="length"} 3.0, the
     # other reasons 0.0; waiting by reason 0 and 0.
     samples = await run_ticks(tmp_path, ["--metrics", "plain.busy.metrics.txt"], 1.5)

@@ -21,10 +21,10 @@ from agent_supervisor.cli import main as cli_main
 from agent_supervisor.record.store import Store
 from agent_supervisor.service import Supervisor
 from agent_supervisor.states import EngineState
-from tests.api.conftest import TOKEN, auth
-from tests.conftest import fake_engine_policy
-from tests.process.test_launcher import wait_for
-from tests.process.test_lifecycle import titled_child
+from tests.helpers.admin_api import TOKEN, auth
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.processes import titled_child
+from tests.helpers.waiting import wait_for
 
 FAST = {"tick_seconds": 0.2, "probe_timeout_seconds": 1}
 
@@ -124,7 +124,7 @@ async def test_issue_31_a_hang_while_advising_reads_the_stacks_and_kills_nothing
     from agent_supervisor.act.processes import group_members
     from agent_supervisor.decide.decision import Action, Decision
     from agent_supervisor.decide.findings import Finding, Severity
-    from tests.process.test_issue_31_stacks import PY_SPY, Recorder, hung_engine, started
+    from tests.helpers.stacks import PY_SPY, Recorder, hung_engine, started
 
     launcher = hung_engine(tmp_path, 3)
     run = await started(launcher)

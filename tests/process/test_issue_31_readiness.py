@@ -24,10 +24,11 @@ from agent_supervisor.gateway.server import Gateway
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.runtime.gateway_link import make_gateway, readiness_verdict
 from agent_supervisor.runtime.levers import Ladder
-from tests.conftest import FAKE_ENGINE, fake_engine_policy
-from tests.process.test_gateway import Rig, engine_saw, start_engine, stop_engine
-from tests.process.test_gateway_process import gateway_url, wait
-from tests.process.test_production import policy_file, start, status
+from tests.helpers.gateway_process import gateway_url, wait
+from tests.helpers.gateway_rig import Rig, engine_saw, start_engine, stop_engine
+from tests.helpers.paths import FAKE_ENGINE
+from tests.helpers.policies import fake_engine_policy
+from tests.helpers.production import policy_file, start, status
 
 
 def probe(c: httpx.Client | httpx.AsyncClient, url: str, path: str):

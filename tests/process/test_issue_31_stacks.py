@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import textwrap
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,18 +23,19 @@ import pytest
 from agent_supervisor.act import stack_dump
 from agent_supervisor.act.effects import Executor
 from agent_supervisor.act.engine_run import EngineRun
-from agent_supervisor.act.incident import Incident, Transition
+from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.processes import group_members
 from agent_supervisor.act.stack_dump import dump_stacks, stack_tool
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Finding, Severity
-from tests.conftest import fake_engine_policy
-
-PY_SPY = stack_tool("vllm")
-needs_py_spy = pytest.mark.skipif(PY_SPY is None, reason="py-spy not installed (dev extra)")
-#: PATH of the system alone: no py-spy there (it comes with the virtualenv).
-SYSTEM_PATH = "/usr/bin:/bin"
+from tests.helpers.stacks import (
+    SYSTEM_PATH,
+    Recorder,
+    hung_engine,
+    needs_py_spy,
+    started,
+)
 
 
 @pytest.fixture
@@ -43,59 +43,6 @@ def system_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """PATH without py-spy, and not the virtualenv's bin either."""
     monkeypatch.setenv("PATH", SYSTEM_PATH)
     monkeypatch.setattr(stack_dump, "EXTRA_TOOL_DIRS", ())
-
-HUNG_ENGINE = textwrap.dedent("""
-    import os, signal, sys, time
-
-    def engine_loop_blocked():
-        while True:
-            time.sleep(3600)
-
-    def api_server_waiting():
-        while True:
-            time.sleep(3600)
-
-    if "--ignore-sigterm" in sys.argv:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if os.fork() == 0:
-        engine_loop_blocked()
-    print("started", flush=True)
-    api_server_waiting()
-""")
-
-
-class Recorder:
-    """Keeps what the executor records."""
-
-    def __init__(self) -> None:
-        self.incidents: list[Incident] = []
-
-    def decision(self, action: str) -> None:
-        pass
-
-    def incident(self, incident: Incident, transition: Transition | None = None,
-                 findings: tuple[Finding, ...] = ()) -> None:
-        self.incidents.append(incident)
-
-    def run_started(self, run: EngineRun, port: int) -> None:
-        pass
-
-
-def hung_engine(tmp_path: Path, budget: float, *extra: str) -> EngineLauncher:
-    script = tmp_path / "hung_engine.py"
-    script.write_text(HUNG_ENGINE)
-    policy = fake_engine_policy(tmp_path, engine={"args": [str(script), *extra]},
-                                lifecycle={"stack_dump_seconds": budget})
-    return EngineLauncher(policy)
-
-
-async def started(launcher: EngineLauncher) -> EngineRun:
-    run = await launcher.start(rung=0)
-    deadline = time.monotonic() + 10
-    while len(group_members(run.pid)) < 2 or "started" not in run.log_path.read_text():
-        assert time.monotonic() < deadline, "the hung engine did not start"
-        time.sleep(0.02)
-    return run
 
 
 async def kill_as_hung(launcher: EngineLauncher, run: EngineRun) -> tuple[Incident, float]:

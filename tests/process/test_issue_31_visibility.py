@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import openai
 
-from tests.process.test_gateway import Rig, chat, start_engine
+from tests.helpers.gateway_rig import Rig, chat, start_engine
 
 TWO_MODES = [{"name": "fast"}, {"name": "safe", "args": {"--max-num-seqs": 1}}]
 

@@ -34,7 +34,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.states import EngineState, EngineStatus
 from agent_supervisor.telemetry.window import Window
-from tests.conftest import fake_engine_policy
+from tests.helpers.policies import fake_engine_policy
 
 async def main():
     sensors = Sensors(fake_engine_policy(Path(sys.argv[1])))

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_supervisor.policy_spec import TopRungSpec
-from tests.unit.test_issue_32_top_rung import TICK, replay, switches
+from tests.helpers.top_rung import TICK, replay, switches
 
 #: Segments of traffic: (minutes, code share, requests running).
 SEGMENTS = st.lists(st.tuples(st.integers(1, 30), st.floats(0, 1), st.integers(0, 8)),

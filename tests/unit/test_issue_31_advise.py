@@ -25,8 +25,8 @@ from agent_supervisor.errors import PolicyError
 from agent_supervisor.record.models import IncidentRow
 from agent_supervisor.show.report import report_summary, report_text
 from agent_supervisor.states import CrashReason
-from tests.conftest import fake_engine_policy
-from tests.unit.test_executor import FakeEngine, FakeGateway, FakeRecorder
+from tests.helpers.fakes import FakeEngine, FakeGateway, FakeRecorder
+from tests.helpers.policies import fake_engine_policy
 
 DIED = Finding("engine_dead", "engine_core_died", Severity.CRITICAL,
                "EngineCore died while the API server lived on", {"exit_signal": 9}, "run-7",
@@ -178,7 +178,7 @@ def test_report_counts_what_would_have_been_done_apart_from_what_was() -> None:
 
 def test_status_text_says_advise_mode_first() -> None:
     from agent_supervisor.commands.levers import status_text
-    from tests.unit.test_commands_common import _status
+    from tests.helpers.commands import _status
 
     assert "ADVISE MODE" not in status_text({**_status(None), "supervision": "act"})
     text = status_text({**_status(None), "supervision": "advise"})

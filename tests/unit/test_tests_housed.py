@@ -23,18 +23,7 @@ ROOT = TESTS.parent
 # test_issue_31_stacks and test_issue_32_top_rung still hold helpers their neighbours
 # import). Their owners move those to tests/helpers/ and rewrite the imports; each entry
 # must go then (a stale entry fails the test).
-WAITING_ON_OWNERS = {
-    "tests/integration/test_issue_29_start_failures_real.py",
-    "tests/integration/test_issue_32_draft_lengths_real.py",
-    "tests/process/test_issue_29_process_memory.py",
-    "tests/process/test_issue_31_advise.py",
-    "tests/process/test_issue_31_readiness.py",
-    "tests/process/test_issue_31_stacks.py",
-    "tests/process/test_issue_31_visibility.py",
-    "tests/property/test_issue_32_top_rung_properties.py",
-    "tests/unit/test_issue_31_advise.py",
-    "tests/unit/test_issue_32_top_rung.py",
-}
+WAITING_ON_OWNERS: set[str] = set()
 
 
 def forbidden(module: str) -> bool:
