@@ -167,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="with one speculative vLLM mode in --modes: measure it with each "
                           "draft length K (0: no speculation; its own K is added) at each "
                           "--concurrency, propose vLLM's num_speculative_tokens_per_batch_"
-                          "size and measure the proposal against the fixed K (issue 32)")
+                          "size and measure the proposal against the fixed K (issue 32; "
+                          "default: none, a plain calibration)")
 
     rep = sub.add_parser("replay", help="run the decisions over a recorded trace, or a "
                          "closed-loop scenario (--scenario)")
