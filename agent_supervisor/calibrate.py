@@ -19,7 +19,7 @@ With ``--draft-lengths`` (issue 32) one speculative vLLM mode is measured with e
 length K (K=0: without speculation) at each concurrency; ``propose_k_schedule`` turns that
 into vLLM's draft length by batch size (``num_speculative_tokens_per_batch_size`` in
 ``--speculative-config``, vllm PR #32374: n-gram k=5 gave 287 against 144 tokens/s for one
-request on this box and 68 against 100 per request at six, README), says what it should
+request on this box and 68 against 100 per request at six, docs/figures.md), says what it should
 gain over the mode's fixed K at each load, then runs the proposal at the same loads and
 prints what it measured against the fixed K of the same run (ratios). The proposal is
 measured, not only predicted: a schedule can do worse than either K alone where the batch

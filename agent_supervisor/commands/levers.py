@@ -8,7 +8,7 @@ token, or an environment file with ``SUPERVISOR_ADMIN_TOKEN=...``),
 else ``$SUPERVISOR_ADMIN_TOKEN`` (or the policy's ``admin.token_env``), else the policy's
 ``admin.token_file``. A token is never printed.
 
-Exit status (also in README.md): 0 done; 1 the service refused the lever (409: e.g. no
+Exit status (also in docs/commands.md): 0 done; 1 the service refused the lever (409: e.g. no
 rung below the safest); 2 bad usage (an unknown mode: 422); 3 ``status`` only: the box
 needs a reboot (issue 12: the ladder holds; a ``REBOOT REQUIRED`` line comes first);
 4 not authorised (no token, a wrong one, or none configured on the service); 5 the

@@ -3,7 +3,7 @@
 There is no single fastest mode: on a GB10, DSpark beat MTP on code (51.5 against 34.5
 tokens/s) while MTP won long essays (24.1 against 18.3) on the same weights, and on this
 box n-gram k=5 gave 287 against 144 tokens/s for one request and 68 against 100 per
-request at six (issue 13's field report, README). ``choose_top_rung`` reads calibration per
+request at six (issue 13's field report, docs/figures.md). ``choose_top_rung`` reads calibration per
 workload profile (``supervisor calibrate --profiles``: tokens/s per request by concurrency,
 acceptance at draft position 0) and the live evidence of the window, and says whether the
 top rung should change:

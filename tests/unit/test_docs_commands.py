@@ -98,3 +98,14 @@ def test_the_checker_finds_a_bad_command_and_a_bad_flag() -> None:
     assert _problems("frobnicate --now") == ["no command 'frobnicate'"]
     assert _problems("status --no-such-flag") == ["supervisor status: no option --no-such-flag"]
     assert _problems("status --json") == []
+
+
+def test_issue_30_every_relative_link_in_the_docs_names_a_file_that_exists() -> None:
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path = target.partition("#")[0]
+            if path and not target.startswith(("http://", "https://", "mailto:")) \
+                    and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
