@@ -159,7 +159,7 @@ class ContainerEngine:
                 "`nvidia-ctk cdi generate`)", kind="runtime_refused")
         if spec.gpus == "all":           # --gpus all (NVIDIA Container Toolkit)
             requests_.append(DeviceRequest(count=-1, capabilities=[["gpu"]]))
-        return api.create_host_config(
+        config: dict[str, Any] = api.create_host_config(
             network_mode=spec.network_mode, ipc_mode=spec.ipc_mode,
             shm_size=spec.shm_size_bytes if spec.ipc_mode != "host" else None,
             ulimits=self._ulimits() or None,
@@ -168,6 +168,7 @@ class ContainerEngine:
                 for m in spec.mounts] or None,
             devices=devices or None, device_requests=requests_ or None,
             privileged=spec.privileged, restart_policy={"Name": "no"}, auto_remove=False)
+        return config
 
     def _ulimits(self) -> list[Ulimit]:
         """The spec's ulimits. Podman, given any, sets nofile and nproc too (to 1048576
@@ -306,7 +307,8 @@ class ContainerEngine:
         api = self._api()
         try:
             with self._translating("inspect"):
-                return api.inspect_container(container_id)
+                data: dict[str, Any] = api.inspect_container(container_id)
+                return data
         except ContainerError as exc:
             if isinstance(exc.__cause__, docker.errors.NotFound):
                 return None

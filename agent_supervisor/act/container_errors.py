@@ -76,7 +76,8 @@ def _denied(exc: BaseException) -> bool:
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """The exception, its causes and the exceptions in their args (urllib3 wraps the
     socket's error in its own, requests wraps that: PermissionError, ReadTimeoutError)."""
-    todo, seen = [exc], set()
+    todo: list[BaseException] = [exc]
+    seen: set[int] = set()
     while todo and len(seen) < 16:
         e = todo.pop()
         if id(e) in seen:

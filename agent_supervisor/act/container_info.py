@@ -80,7 +80,7 @@ def cgroup_members(handle: ContainerHandle) -> list[int]:
     """
     if handle.cgroup_procs:
         return live_pids(read_procs(handle.cgroup_procs))
-    return live_pids([handle.pid]) if _still_member(handle) else []
+    return live_pids([handle.pid]) if handle.pid is not None and _still_member(handle) else []
 
 
 def kill_members(handle: ContainerHandle) -> list[int]:

@@ -74,7 +74,7 @@ async def wait_pid_gone(pid: int | None) -> bool:
         return False
     loop = asyncio.get_running_loop()
     gone = loop.create_future()
-    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+    loop.add_reader(fd, lambda: None if gone.done() else gone.set_result(None))
     try:
         await gone
     finally:
@@ -182,7 +182,7 @@ class ProcessRuntime:
         if pid is None or not group_members(pid) or not looks_like(pid, argv):
             return False
         try:
-            return psutil.Process(pid).cmdline() == argv
+            return bool(psutil.Process(pid).cmdline() == argv)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 

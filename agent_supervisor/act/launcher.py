@@ -14,9 +14,10 @@ import logging
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 
@@ -30,7 +31,7 @@ from agent_supervisor.act.processes import Leftovers, remove_stale_shm, shm_snap
 from agent_supervisor.act.stack_dump import StackDump, dump_stacks
 from agent_supervisor.engine_flags import flag_rules
 from agent_supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
-from agent_supervisor.policy import Policy, build_argv
+from agent_supervisor.policy import ArgValue, Policy, build_argv
 from agent_supervisor.policy_holder import PolicyHolder
 from agent_supervisor.privacy import mask_argv
 from agent_supervisor.sense.host import mem_available, processes_rss_bytes
@@ -139,7 +140,7 @@ class EngineLauncher:
         if self._on_change is not None and run is not None:
             self._on_change(run, state)
 
-    def _spawn_task(self, coro) -> None:
+    def _spawn_task(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -175,7 +176,9 @@ class EngineLauncher:
         run_id = run_id or new_run_id()       # given: the id worker ranks were started for
         run = EngineRun(
             run_id=run_id, rung=rung, mode=mode.name,
-            argv=build_argv(self.policy, mode, start_args),
+            # A start-up fallback's flags are policy values (StartupFallback.args).
+            argv=build_argv(self.policy, mode, cast("tuple[tuple[str, ArgValue], ...]",
+                                                    start_args)),
             log_path=state_dir / "logs" / f"engine-{run_id}.log",
             tmp_dir=Path(),                       # made by spawn_engine (mkdtemp)
             started_s=self._clock(), started_at=utcnow(), shm_before=None,

@@ -27,6 +27,7 @@ import httpx
 from agent_supervisor.act.engine_run import EngineRun, new_run_id
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.node_argv import head_start_args
+from agent_supervisor.act.stack_dump import StackDump
 from agent_supervisor.errors import EngineStartError
 from agent_supervisor.policy import Policy, agent_token
 from agent_supervisor.policy_holder import PolicyHolder
@@ -132,6 +133,12 @@ class NodesEngine:
         await asyncio.gather(self.launcher.kill(reason=reason, crash=crash,
                                                 emergency=emergency),
                              self._stop_workers(reason=reason, kill=True))
+
+    async def dump_stacks(self, reason: str) -> StackDump | None:
+        """The head's rank's stacks (its API server and EngineCore, within
+        ``lifecycle.stack_dump_seconds``), read before a kill; the workers' ranks run on
+        other boxes, where no tool of this one can read them. None without a run."""
+        return await self.launcher.dump_stacks(reason)
 
     async def stop(self, *, reason: str) -> None:
         """Stop every rank gracefully (the head drains; the workers get SIGTERM)."""

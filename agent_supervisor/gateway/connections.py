@@ -15,7 +15,8 @@ And its transport coalesces a response's head with what follows (``CoalescingTra
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 from agent_supervisor.serve_limits import (
     BoundedHttpToolsProtocol,
@@ -85,14 +86,14 @@ class GatewayProtocol(BoundedHttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         cycle = self.cycle
         if not self._turned_away and cycle is not None and not cycle.response_complete:
-            task = cycle.scope.get(CLIENT_TASK)
+            task = cast("asyncio.Task[Any] | None", cycle.scope.get(CLIENT_TASK))
             if task is not None and not task.done():
-                cycle.scope[CLIENT_GONE] = True         # type: ignore[typeddict-unknown-key]
+                cycle.scope[CLIENT_GONE] = True         # type: ignore[literal-required]
                 task.cancel()
         super().connection_lost(exc)
 
     def on_headers_complete(self) -> None:
-        self.scope[CLIENT_TRANSPORT] = self.transport   # type: ignore[typeddict-unknown-key]
+        self.scope[CLIENT_TRANSPORT] = self.transport   # type: ignore[literal-required]
         super().on_headers_complete()
 
 

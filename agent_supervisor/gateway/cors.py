@@ -41,7 +41,7 @@ _EXPOSE = ", ".join([MODE, RUNG, HELD_SECONDS, RESUMED, "retry-after"]).encode()
 def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
-            return value
+            return bytes(value)
     return None
 
 

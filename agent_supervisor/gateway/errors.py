@@ -16,6 +16,7 @@ Responses API's stream has its own error event (OpenAI API reference, "Streaming
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
@@ -30,7 +31,7 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
 
 
 def error_body(api: Api, status: int, message: str, *, type_: str, code: str,
-               param: str | None = None) -> dict:
+               param: str | None = None) -> dict[str, Any]:
     """The error object of ``api`` (``type_``/``code`` are OpenAI's; Anthropic's type is
     derived from ``status``)."""
     if api is Api.ANTHROPIC:
@@ -59,7 +60,7 @@ def sse_error(api: Api, message: str, *, code: str, done: bool = True,
     """The error as the last event(s) of an SSE stream (``sequence_number``: the
     Responses API's next one, when known)."""
     if api is Api.RESPONSES:
-        event: dict = {"type": "error", "code": code, "message": message, "param": None}
+        event: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": None}
         if sequence_number is not None:
             event["sequence_number"] = sequence_number
         return f"event: error\ndata: {json.dumps({**event, 'src': 'supervisor'})}\n\n".encode()

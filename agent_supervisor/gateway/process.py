@@ -187,7 +187,7 @@ class GatewayProcess:
         self.state_path = state / STATE_FILE
         self.pid_path = state / PID_FILE
         self.control_path = state / CONTROL_SOCKET
-        disable_created_metrics()          # as the supervisor's own (show/metrics.py)
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # as show/metrics.py
         self.registry = CollectorRegistry()
         saved = self._read_state()
         rung = saved.get("rung", self.policy.initial_rung)

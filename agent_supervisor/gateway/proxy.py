@@ -129,7 +129,7 @@ class GatewayApp:
         route, api = hit
         task = asyncio.current_task()
         assert task is not None
-        scope[CLIENT_TASK] = task        # type: ignore[typeddict-unknown-key]
+        scope[CLIENT_TASK] = task
         response: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
         try:
             response = await handle(gw, Request(scope, receive), route, api)
@@ -272,7 +272,8 @@ async def _prompt_check(gw: GatewayView, body: dict[str, Any],
         code="context_length_exceeded", param=param)
 
 
-async def handle(gw: GatewayView, request: Request, route: Route, api: Api) -> Response:
+async def handle(gw: GatewayView, request: Request, route: Route, api: Api,
+                 ) -> WholeResponse | StreamResponse | Response:
     """Authenticate, check, admit, forward; see the module docstring. Raises ClientGone."""
     denied = _check_auth(gw, request, api)
     if denied is not None:
@@ -304,7 +305,7 @@ async def handle(gw: GatewayView, request: Request, route: Route, api: Api) -> R
 
 
 async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, path: str,
-                    raw: bytes, body: dict[str, Any]) -> Response:
+                    raw: bytes, body: dict[str, Any]) -> WholeResponse | StreamResponse | Response:
     if route is not Route.ADMIT:
         return await _forward(gw, request, api, path, raw, None)
     tokens, refused = await _prompt_check(gw, body, api)

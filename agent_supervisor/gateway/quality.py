@@ -379,7 +379,8 @@ class AnswerWatch:
         for ch in _choices(ev):
             if not isinstance(ch, dict) or ch.get("index", 0) != 0:
                 continue
-            delta = ch.get("delta") if isinstance(ch.get("delta"), dict) else {}
+            raw_delta = ch.get("delta")
+            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
             piece = ch.get("text") if isinstance(ch.get("text"), str) else delta.get("content")
             if delta.get("tool_calls"):
                 self._tool = True
@@ -388,11 +389,11 @@ class AnswerWatch:
                 self._text(piece)
             if ch.get("finish_reason") == "stop" and "delta" in ch:
                 self._stopped = True
-        delta = ev.get("delta")
-        if ev.get("type") == "content_block_delta" and isinstance(delta, dict) \
-                and isinstance(delta.get("text"), str):
+        block = ev.get("delta")
+        if ev.get("type") == "content_block_delta" and isinstance(block, dict) \
+                and isinstance(block.get("text"), str):
             self._content = True
-            self._text(delta["text"])
+            self._text(block["text"])
 
     def _text(self, piece: str) -> None:
         hit = self.run.feed(piece)

@@ -186,7 +186,7 @@ class Resumption:
         self.used_tokens = self.token_level and state.prompt_ids is not None and \
             len(state.ids) == sent
         self.continuation_path = self.path
-        if self.path == CHAT and self.used_tokens:
+        if self.path == CHAT and self.used_tokens and state.prompt_ids is not None:
             self.continuation_path = COMPLETIONS
             cont = {k: v for k, v in body.items() if k in _SAMPLING}
             limit = body.get("max_completion_tokens", body.get("max_tokens"))
