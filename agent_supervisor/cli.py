@@ -332,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``supervisor`` command. Returns the exit status."""
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level, args.log_format)
-    if args.command not in ("run", "gateway"):
-        # A reader that goes away (`| head`) ends a listing quietly, as for coreutils.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # A reader that goes away (`| head`) ends a listing quietly, as for coreutils; only for
+    # this call: main() called in-process (the tests) must not leave SIGPIPE deadly for the
+    # caller's sockets (a pytest process died of it in a flood test after a `report`).
+    quiet_pipe = args.command not in ("run", "gateway")
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL) if quiet_pipe else None
     try:
         return COMMANDS[args.command](args)
     except PolicyError as exc:
@@ -343,3 +345,6 @@ def main(argv: list[str] | None = None) -> int:
     except (SetupError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGPIPE, previous)
