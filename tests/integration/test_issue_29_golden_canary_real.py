@@ -75,7 +75,8 @@ def test_issue_29_golden_canary_catches_a_corrupted_answer(tmp_path: Path,
                                                            service_factory) -> None:
     switch = tmp_path / "corrupt-now"
     svc = service_factory(policy(tmp_path, switch, interval=15.0))
-    run1 = quiet_under_load(svc, tmp_path / "state", 120.0, 15.0)
+    # 45 s of load here (3 canaries at 15 s; CI minutes), 30 minutes in the long test.
+    run1 = quiet_under_load(svc, tmp_path / "state", 45.0, 15.0)
     switch.touch()                                   # from now on every answer is wrong
     t0 = time.monotonic()
     inc = svc.wait("corrupted_output", lambda: next(

@@ -61,25 +61,35 @@ async def test_issue_29_slots_and_golden_canary_on_llama_server(tmp_path: Path) 
         await launcher.start(rung=0)
         await wait_for(lambda: launcher.state is EngineState.READY, timeout=60)
 
-        def generate() -> None:               # one long generation on one slot
-            httpx.post(f"http://127.0.0.1:{pol.engine.port}/v1/completions", timeout=120,
-                       json={"model": "tiny-agent", "prompt": "Once upon a time",
-                             "max_tokens": 400, "temperature": 0, "ignore_eos": True})
+        stop = threading.Event()
 
+        def generate() -> None:               # long generations on one slot, back to back
+            while not stop.is_set():
+                httpx.post(f"http://127.0.0.1:{pol.engine.port}/v1/completions", timeout=120,
+                           json={"model": "tiny-agent", "prompt": "Once upon a time",
+                                 "max_tokens": 900, "temperature": 0, "ignore_eos": True})
+
+        # Generations until samples see one: processing on three samples in a row (the
+        # golden canary's 16 tokens, sent each second, cannot fill three rounds; a single
+        # 400-token generation took less than one round on a quiet box: 2026-12-03, make
+        # test saw none).
         worker: threading.Thread | None = None
         deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            s = await sensors.sample(now_s=time.monotonic(), status=launcher.status(),
-                                     window=window)
-            window.append(s)
-            if worker is not None and worker.is_alive():
-                busy.append(s.engine_slots_processing)
-            if s.golden_canary_match is True and worker is None:
-                worker = threading.Thread(target=generate)
-                worker.start()
-            if worker is not None and not worker.is_alive():
-                break
-            await asyncio.sleep(0.2)
+        try:
+            while time.monotonic() < deadline and busy[-3:] != [1, 1, 1]:
+                s = await sensors.sample(now_s=time.monotonic(), status=launcher.status(),
+                                         window=window)
+                window.append(s)
+                if worker is not None:
+                    busy.append(s.engine_slots_processing)
+                if s.golden_canary_match is True and worker is None:
+                    worker = threading.Thread(target=generate)
+                    worker.start()
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            if worker is not None:
+                worker.join(timeout=120)
     finally:
         await sensors.close()
         await launcher.stop()
@@ -87,7 +97,7 @@ async def test_issue_29_slots_and_golden_canary_on_llama_server(tmp_path: Path) 
     samples = list(window)
     idle = [s for s in samples if s.engine_slots_total is not None]
     assert idle and idle[0].engine_slots_total == 2 and idle[0].engine_slots_processing == 0
-    assert 1 in busy, busy                    # the generation's slot said processing
+    assert busy[-3:] == [1, 1, 1], busy       # the generation's slot said processing
     notes = [s.golden_canary_note for s in samples if s.golden_canary_note]
     assert notes[0].startswith("recorded a new golden answer for mode nospec, engine ")
     assert "engine unknown" not in notes[0]   # /props build_info named the build

@@ -2,7 +2,8 @@
 whose n-gram draft length changes with the batch size (``num_speculative_tokens_per_batch_
 size`` in ``--speculative-config``), and ``supervisor calibrate --draft-lengths`` measures
 K=0 and K=5 at 1, 2, 4 and 6 concurrent requests, proposes a schedule and prints its gain
-over the fixed K at each load. Three or four engine starts, about 3-4 minutes on 2 cores.
+over the fixed K at each load. The first test (one start) runs in ``make test``, the sweep
+(three starts, about 3 minutes on 2 cores) in ``make test-long``.
 
 Measured (2026-12-03, box shared with other sessions, 4 s per point; tokens/s per request,
 K=0 / K=5): 344 / 633 at 1, 442 / 367 at 2, 329 / 535 at 4, 154 / 519 at 6; proposed
@@ -23,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.paths import ROOT
 from tests.helpers.real_engine import demo_policy
 
@@ -37,15 +40,18 @@ def _calibrate(policy: Path, *extra: str) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, capture_output=True, text=True, timeout=420)
 
 
-def test_issue_32_schedule_served_and_proposed_from_measurements(tmp_path: Path) -> None:
-    schedule = [[1, 2, 5], [3, 6, 0]]
-    policy = demo_policy(tmp_path, initial_mode="ngram5", modes=[
+def _policy(tmp_path: Path, schedule: list[list[int]]) -> Path:
+    return demo_policy(tmp_path, initial_mode="ngram5", modes=[
         {"name": "ngram5", "args": {"--speculative-config": NGRAM, **ARGS}},
         {"name": "ngram-by-batch", "args": {"--speculative-config": {
             **NGRAM, "num_speculative_tokens_per_batch_size": schedule}, **ARGS}},
         {"name": "nospec", "args": ARGS}])
 
-    # 1. The schedule is accepted and served: one request (k 5) and four (k 0).
+
+def test_issue_32_a_schedule_by_batch_size_is_served(tmp_path: Path) -> None:
+    """In ``make test`` (one engine start, about 50 s): the schedule is accepted and served,
+    one request (k 5) and four (k 0)."""
+    policy = _policy(tmp_path, [[1, 2, 5], [3, 6, 0]])
     served = _calibrate(policy, "--modes", "ngram-by-batch", "--concurrency", "1,4",
                         "--seconds", "4")
     assert served.returncode == 0, served.stderr[-3000:]
@@ -55,7 +61,13 @@ def test_issue_32_schedule_served_and_proposed_from_measurements(tmp_path: Path)
     for r in rows:
         assert int(r[5]) > 0 and int(r[6]) == 0, served.stdout      # requests, failed
 
-    # 2. The sweep: K=0 and K=5 at 1, 2, 4, 6; the proposal and its gain per load.
+
+@pytest.mark.long
+def test_issue_32_the_sweep_proposes_a_schedule_from_measurements(tmp_path: Path) -> None:
+    """In ``make test-long`` (three engine starts, about 3 minutes; the proposal's rules are
+    unit-tested in tests/unit/test_issue_32_k_schedule.py): K=0 and K=5 at 1, 2, 4, 6; the
+    proposal and its gain per load."""
+    policy = _policy(tmp_path, [[1, 2, 5], [3, 6, 0]])
     sweep = _calibrate(policy, "--modes", "ngram5", "--draft-lengths", "0,5",
                        "--concurrency", "1,2,4,6", "--seconds", "4")
     out = sweep.stdout
