@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers.cli import cli_policy, sup
 from tests.helpers.paths import FAKE_ENGINE, ROOT
-from tests.helpers.ports import free_port, free_ports
+from tests.helpers.ports import free_port
 
 
 def test_policy_check_prints_the_ladder() -> None:
@@ -51,15 +51,8 @@ def test_version() -> None:
 
 
 def test_run_until_sigterm_then_show_the_records(tmp_path: Path) -> None:
-    policy = tmp_path / "p.yaml"
-    engine_port, gateway_port, admin_port = free_ports(3)
-    policy.write_text(yaml.safe_dump({
-        "fleet": "cli", "engine": {"executable": sys.executable, "args": [str(FAKE_ENGINE)],
-                                   "port": engine_port, "shutdown_timeout_seconds": 1},
-        "modes": [{"name": "only"}], "storage": {"state_directory": str(tmp_path / "s")},
-        # Never the default listeners (8080, 8081): they may be taken (issue 18).
-        "gateway": {"port": gateway_port}, "admin": {"port": admin_port},
-    }))
+    # Free ports, never the default listeners (8080, 8081): they may be taken (issue 18).
+    policy = cli_policy(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "agent_supervisor", "run", "--policy",
                              str(policy)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
