@@ -15,6 +15,11 @@ LLAMACPP := .llamacpp
 # (tests/agents/: the OpenAI Agents SDK through the gateway across a crash, issue 33).
 AGENT_VENV := .agent-venv
 AGENT_SDK := openai-agents==0.24.0
+# A real coding agent's CLI from its registry, in a prefix of its own (issue 33): Claude Code
+# (npm; a native binary per platform, no Node.js code runs) for the real-engine test
+# tests/integration/test_claude_code_real.py (make test-long). About 11 s, 384 MB.
+AGENT_NODE := .agent-node
+CLAUDE_CODE := @anthropic-ai/claude-code@2.1.332
 SUP := $(VENV)/bin/supervisor
 # The engine `make demo` runs: vllm (policies/cpu-demo.yaml) or llama_cpp
 # (policies/cpu-demo-llamacpp.yaml).
@@ -26,7 +31,7 @@ DEMO_POLICY_llama_cpp := policies/cpu-demo-llamacpp.yaml
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-long fuzz lint setup setup-steps clean chromium promtool podman lock \
-	agent-venv test-py312 test-floors
+	agent-venv agent-cli test-py312 test-floors
 
 # llama-server's build (CPU-bound: about 6 min on 2 cores) needs only .venv, so `setup`
 # runs it beside the engine environment (downloads and unpacking) with -j2; --output-sync
@@ -105,6 +110,15 @@ $(AGENT_VENV)/.installed:
 	$(AGENT_VENV)/bin/pip --disable-pip-version-check -q install '$(AGENT_SDK)'
 	touch $@
 
+agent-cli: $(AGENT_NODE)/.installed
+
+$(AGENT_NODE)/.installed:
+	rm -rf $(AGENT_NODE)
+	mkdir -p $(AGENT_NODE)
+	npm install --prefix $(AGENT_NODE) --no-audit --no-fund '$(CLAUDE_CODE)'
+	$(AGENT_NODE)/node_modules/.bin/claude --version
+	touch $@
+
 chromium:
 	@command -v chromium >/dev/null || \
 		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
@@ -142,7 +156,7 @@ podman:
 # left to `make test-long`, so that CI's `make test` stays near an hour on a loaded box.
 # Both runs always run; make fails if either did.
 PARALLEL_PROCESS := $(addprefix tests/process/test_,spool_kill.py gateway_process.py cli.py \
-	production.py gateway_orphan.py service.py issue_19_install.py)
+	production.py gateway_orphan.py service.py install_command.py)
 PARALLEL_TESTS := tests/unit tests/property tests/api tests/browser $(PARALLEL_PROCESS)
 test: setup chromium promtool podman agent-venv
 	status=0; \
@@ -188,9 +202,9 @@ test-floors:
 	$(VENV_FLOORS)/bin/$(PIP) install --no-deps -e .
 	$(VENV_FLOORS)/bin/python tests/floors.py --check pyproject.toml
 	$(VENV_FLOORS)/bin/pytest -q -n 2 -m "not long" tests/unit tests/property \
-		--deselect tests/unit/test_issue_19_dependencies.py::test_issue_19_the_test_environment_is_the_lock
+		--deselect tests/unit/test_dependencies_locked.py::test_issue_19_the_test_environment_is_the_lock
 
-test-long: setup
+test-long: setup agent-venv agent-cli
 	$(VENV)/bin/pytest -m long
 
 # Issue 34's fuzzers at the review's count (CI runs 2,000 inputs a surface): malformed
@@ -199,11 +213,11 @@ test-long: setup
 FUZZ_COUNT ?= 30000
 fuzz: $(VENV)/.installed
 	SUPERVISOR_FUZZ_COUNT=$(FUZZ_COUNT) $(VENV)/bin/pytest -s \
-		tests/unit/test_issue_34_fuzz_streams.py tests/process/test_issue_34_fuzz_upstream.py
+		tests/unit/test_fuzz_streams.py tests/process/test_fuzz_upstream.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) $(AGENT_VENV) $(VENV312) $(VENV_FLOORS) .supervisor
+	rm -rf $(VENV) $(ENGINE_VENV) $(MODELS) $(LLAMACPP) $(AGENT_VENV) $(AGENT_NODE) $(VENV312) $(VENV_FLOORS) .supervisor

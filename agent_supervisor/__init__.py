@@ -8,7 +8,8 @@ modes before it becomes unstable, and records every incident and mode change. Se
 from __future__ import annotations
 
 from agent_supervisor.errors import PolicyError, SupervisorError
-from agent_supervisor.policy import Policy, load_policy, load_policy_file
+from agent_supervisor.policy.load import load_policy, load_policy_file
+from agent_supervisor.policy.model import Policy
 
 __version__ = "0.1.0"
 

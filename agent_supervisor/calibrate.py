@@ -48,7 +48,7 @@ from agent_supervisor.load.agents import AgentLoad, summarize
 from agent_supervisor.load.fleet_shapes import FLEET, fetch_shapes, fleet_profile
 from agent_supervisor.load.profiles import PROFILES, Profile
 from agent_supervisor.policy import Mode, Policy
-from agent_supervisor.policy_spec import check_k_schedule
+from agent_supervisor.policy.speculative import check_k_schedule
 from agent_supervisor.record.baselines import args_digest
 from agent_supervisor.record.store import Store
 from agent_supervisor.sense.engine_metrics import parse_metrics

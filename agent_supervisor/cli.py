@@ -18,6 +18,7 @@
         [--unit gateway-socket|gateway-service]   or the gateway's socket-activated units
     supervisor bench                          the chaos table and the benchmark figures
     supervisor bench --day [--short]          a day of agent work under faults, three arms
+    supervisor bench --load-day [--short]     a day whose load changes, no faults (issue 32)
     supervisor engine-env [--path DIR]        create the CPU engine's environment (idempotent)
     supervisor engine-env --kind llama_cpp    build llama-server and the demo GGUF models
     supervisor demo-models DIR                build the tiny local models (idempotent)
@@ -53,13 +54,11 @@ field and the reason); 3 (``status``) the box needs a reboot; 4 not authorised
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_supervisor import __version__
@@ -80,43 +79,11 @@ from agent_supervisor.commands import (
 from agent_supervisor.commands.common import EXIT_FAILED, EXIT_USAGE
 from agent_supervisor.commands.helpfmt import HelpfulParser
 from agent_supervisor.errors import PolicyError, SetupError, StoreError
+from agent_supervisor.logs import setup_logging
 
 __all__ = ["COMMANDS", "main"]
 
 logger = logging.getLogger("agent_supervisor")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts (UTC ISO), level, logger, message (+ exc_info)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
-               "level": record.levelname, "logger": record.name,
-               "message": record.getMessage()}
-        if record.exc_info:
-            out["exc_info"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def _setup_logging(level: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        # Under systemd, journald stamps every line itself.
-        stamp = "" if "JOURNAL_STREAM" in os.environ else "%(asctime)s "
-        handler.setFormatter(logging.Formatter(stamp + "%(levelname)s %(name)s: %(message)s"))
-    from agent_supervisor.show.journal import JournalPriorityFormatter, stderr_is_journal
-
-    if stderr_is_journal():
-        handler.setFormatter(JournalPriorityFormatter(handler.formatter))
-    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
-    # APScheduler logs every job run at INFO; its warnings (missed runs) stay visible.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    # httpx, and httpx2 under the OpenAI SDK the load generator uses, log every request.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 #: The policy of the database commands when ``--policy`` is not given (issue 33).
@@ -204,8 +171,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="instead: a day of agent work under faults, always-fast vs "
                        "always-safe vs supervised (about 30 minutes; exit 1 when the "
                        "supervised arm fails a task)")
+    bench.add_argument("--load-day", action="store_true",
+                       help="instead: a day without faults whose load changes (1, 6, 2 "
+                       "agents), always-fast vs always-plain vs supervised with the top "
+                       "rung chosen by the traffic, and the oracle (about 25 minutes)")
     bench.add_argument("--short", action="store_true",
-                       help="with --day: the 3-minute version, one fault (CI's smoke test)")
+                       help="with --day: the 3-minute version, one fault (CI's smoke test); "
+                       "with --load-day: 20 s phases")
     bench.add_argument("--seed", type=int, default=1, help="with --day: the schedule's seed")
     bench.add_argument("--dir", type=Path, default=None,
                        help="with --day: where its state, logs and JSON go (default: a "
@@ -331,7 +303,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``supervisor`` command. Returns the exit status."""
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level, args.log_format)
+    setup_logging(args.log_level, args.log_format)
     # A reader that goes away (`| head`) ends a listing quietly, as for coreutils; only for
     # this call: main() called in-process (the tests) must not leave SIGPIPE deadly for the
     # caller's sockets (a pytest process died of it in a flood test after a `report`).

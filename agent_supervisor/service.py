@@ -18,23 +18,22 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from agent_supervisor.act.adopt import AdoptingLauncher
 from agent_supervisor.act.effects import Executor
-from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.systemd import Notifier
 from agent_supervisor.decide.decision import Decision
 from agent_supervisor.errors import EngineStopTimeout
-from agent_supervisor.policy import Policy
-from agent_supervisor.policy_holder import PolicyHolder
-from agent_supervisor.record.baselines import load_acceptance, load_baselines
+from agent_supervisor.policy import Policy, PolicyHolder
 from agent_supervisor.record.store import Store
 from agent_supervisor.record.trace import TraceWriter
 from agent_supervisor.record.writer import RecordWriter
+from agent_supervisor.runtime.calibrated import Calibrated
 from agent_supervisor.runtime.events import EngineEvents
-from agent_supervisor.runtime.gateway_link import make_gateway
+from agent_supervisor.runtime.gateway_wiring import gateway_for
 from agent_supervisor.runtime.good_runs import GoodRuns
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.lock import InstanceLock
-from agent_supervisor.runtime.nodes import attach_nodes
+from agent_supervisor.runtime.nodes import engine_handle
 from agent_supervisor.runtime.recorder import Recorder
 from agent_supervisor.runtime.reload import Reloader
 from agent_supervisor.runtime.service_parts import Listeners, Scheduler
@@ -49,7 +48,6 @@ from agent_supervisor.sense.kernel_log import KernelLogFollower
 from agent_supervisor.show.alerts import Alerter
 from agent_supervisor.show.metrics import SupervisorMetrics, register_process_metrics
 from agent_supervisor.states import EngineState
-from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
 from agent_supervisor.telemetry.window import Window
 
 __all__ = ["Supervisor"]
@@ -75,41 +73,45 @@ class Supervisor:
         self.metrics = SupervisorMetrics(self.registry)
         self.alerter = Alerter(policy.alerts, policy.fleet, self.metrics.alerts,
                                url=policy.webhook_url)
+        self.alerter.follow(self.holder)           # its alerts section, at each reload
         self.recorder = Recorder(self.writer, self.metrics, self.alerter)
         self.trace = TraceWriter(trace_path) if trace_path is not None else None
         self.ladder = Ladder(self.holder, self.trace)
         self.window = Window(policy.sampling.window_seconds)
+        self.window.follow(self.holder)            # its age, at each reload
         self.events = EngineEvents(self.holder, self.recorder, self.notifier, spawn=self._spawn,
                                    poke=self._poke, base_url=lambda: self.launcher.base_url)
         self.events.ladder = self.ladder
-        self.launcher = EngineLauncher(self.holder, on_change=self.events)
-        self.gateway = make_gateway(self.holder, self.registry, self.recorder, self.ladder)
-        self.sensors = Sensors(
-            self.holder, gpu=GpuSensor(index=policy.sampling.gpu_index),
-            kernel=KernelLogFollower() if policy.sampling.kernel_log else None,
-            gateway=self.gateway)
+        self.launcher = AdoptingLauncher(self.holder, on_change=self.events)
+        # The one engine handle (the launcher, or every rank across boxes), built first.
+        self.engine = engine_handle(self.holder, self.launcher, self.recorder, self.ladder)
+        self.nodes = self.engine.nodes
+        self.gateway = gateway_for(self)     # issue 31: its verdict, advice and failovers
+        self.sensors = Sensors(self.holder, gpu=GpuSensor(index=policy.sampling.gpu_index),
+                               kernel=KernelLogFollower() if policy.sampling.kernel_log
+                               else None, gateway=self.gateway, nodes=self.engine.poller,
+                               engine_log=lambda: getattr(self.launcher.run, "log_tail", None))
         self.supervision = Supervision(self.holder, self.ladder, self.recorder, advise, self._poke)
+        self.launcher.attach(self.recorder, lambda: self.supervision.advising, self._poke)
         self.executor = self.events.executor = Executor(
-            self.holder, self.launcher, self.recorder, poke_at=self._poke_at,
+            self.holder, self.engine.engine, self.recorder, poke_at=self._poke_at,
             give_up=self._give_up, kernel_lines=lambda: list(self.sensors.recent_kernel_lines),
             gateway=self.gateway, advising=lambda: self.supervision.advising)
-        self.nodes = attach_nodes(self)     # an engine across boxes: every rank, every node
         self.last = LastDecision()
         self.status_view = StatusView(self.holder, self.ladder, self.launcher, self.window,
                                       store, self.registry, self.last, self.gateway,
                                       poke=self._poke, supervision=self.supervision)
         self.registry.register(self.status_view.collector(lambda: self.writer.spooled))
         register_process_metrics(self.registry)
-        self.baselines: Baselines = {}
-        self.acceptance: AcceptanceBaselines = {}
+        self.calibrated = Calibrated()             # the baselines, loaded in run()
         self._stop = asyncio.Event()
-        self.good_runs = GoodRuns(self.holder, self.window, self.writer,
-                                  learned=lambda acc: setattr(self, "acceptance", acc))
+        self.good_runs = GoodRuns(self.holder, self.window, self.writer, self.trace,
+                                  learned=self.calibrated.learned)
         self.ticker = Ticker(self.holder, self.sensors, self.launcher, self.executor,
                              self.ladder, self.window, self.last, self.trace,
-                             stopping=self._stop.is_set, baselines=lambda: self.baselines,
-                             acceptance=lambda: self.acceptance,
-                             observe=self.good_runs.observe)
+                             stopping=self._stop.is_set, baselines=self.calibrated.throughput,
+                             acceptance=self.calibrated.acceptance, update=self.good_runs.update,
+                             observe=self.good_runs.observe, store=store)
         self.startup = StartUp(self.holder, self.launcher, self.recorder, self.ladder)
         self.upkeep = Upkeep(self.holder, self.recorder, self.launcher, self.window,
                              self.ladder, lambda: self.startup.service_run_id)
@@ -135,19 +137,15 @@ class Supervisor:
         await self.startup.previous_life()
         await self.startup.learn_start_budgets()
         await self.startup.start_sensors(self.sensors)
-        self.baselines = await asyncio.to_thread(load_baselines, self.writer.store, self.policy)
-        self.acceptance = await asyncio.to_thread(load_acceptance, self.writer.store, self.policy)
-        if self.baselines:
-            logger.info("calibrated baselines: %s", ", ".join(
-                f"{m} {[f'{c:g}: {t:.0f} tok/s' for c, t in v]}"
-                for m, v in self.baselines.items()))
+        await self.calibrated.load(self.writer.store, self.policy)
         await self.startup.clear_leftovers()
         self.supervision.started()
         if self.trace is not None:       # after adoption and the host-reset check
             st = self.ladder.state
             self.trace.header(fleet=self.policy.fleet, t0_s=st.since_s, rung=st.rung,
-                              baselines=self.baselines, last_trouble_s=st.last_trouble_s,
-                              acceptance=self.acceptance)
+                              baselines=self.calibrated.throughput(),
+                              last_trouble_s=st.last_trouble_s,
+                              acceptance=self.calibrated.acceptance())
         self.alerter.start()
         try:
             await self.listeners.start()
@@ -159,7 +157,7 @@ class Supervisor:
         self.scheduler.start(self._scheduled_tick, [*self.upkeep.jobs(), (
             self.reloader.watch, self.policy.recovery.watch_interval_seconds)])
         if self.gateway is not None and self.launcher.state is not EngineState.READY:
-            await self.gateway.hold("engine starting", drain=False)    # a gateway attached
+            await self.gateway.hold(self.launcher.starting_reason, drain=False)
         self._poke()
         try:
             await self._stop.wait()
@@ -195,8 +193,8 @@ class Supervisor:
             if self.gateway is not None and not self._detach:
                 await self.gateway.hold("supervisor shutting down")
             try:
-                if not self._detach:
-                    await self.executor.launcher.stop(reason="supervisor shutting down")
+                if not self._detach and not self.launcher.leave_running():
+                    await self.engine.engine.stop(reason="supervisor shutting down")
             except EngineStopTimeout as exc:
                 logger.error("%s", exc)
                 self.exit_code = self.exit_code or 1
@@ -229,8 +227,6 @@ class Supervisor:
         self.request_stop("the last rung exhausted its start limit")
 
     def _policy_swapped(self, old: Policy, new: Policy) -> None:
-        self.window.max_age_seconds = new.sampling.window_seconds
-        self.alerter.spec = new.alerts
         if self.gateway is not None:
             self.gateway.apply_policy(new, self.ladder.rung)
 

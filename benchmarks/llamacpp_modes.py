@@ -27,7 +27,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_supervisor.policy import build_argv, load_policy_file  # noqa: E402
+from agent_supervisor.policy.load import load_policy_file  # noqa: E402
+from agent_supervisor.policy.model import build_argv  # noqa: E402
 from agent_supervisor.sense.engine_metrics import parse_metrics  # noqa: E402
 from agent_supervisor.sense.profiles import profile_for  # noqa: E402
 

@@ -2,7 +2,9 @@
 
 Under ``mode: advise`` (the policy, ``supervisor run --advise``, or the ``advise`` lever)
 the service senses, decides, records and alerts as ever, but the executor carries out
-only the first launch of the engine (the supervisor is its launcher): every other
+only the first launch of the engine (the supervisor is its launcher) and the operator's
+own levers (``supervisor restart``, ``step``, ``pin``: the operator acting, recorded as
+such, and the launch that completes them): every other
 decision that is not HOLD (restart, step, kill, shed, reload, give up, reboot required)
 is recorded as what it would have done, an incident whose action is ``would_<action>``,
 with the same evidence, and nothing happens. The ladder moves as for a HOLD (trouble
@@ -34,10 +36,13 @@ WOULD = "would_"
 def carried_out(decision: Decision, *, advising: bool, launched: bool) -> bool:
     """Whether ``decision`` turns into effects (True) or is only recorded as advice.
 
-    Acting: always. Advising: a HOLD (nothing to do), and the START that launches the
-    engine for the first time in this life (``launched`` False: no run yet); a START after
-    that (the engine went down) is advice, as is every other action."""
-    if not advising or decision.action is Action.HOLD:
+    Acting: always. Advising: a HOLD (nothing to do); the START that launches the engine
+    when none of this life runs (``launched`` False: no run yet, or the last one was
+    stopped on purpose, which while advising only an operator's lever does); and an
+    operator's lever (``decision.operator``: a pin, a step, a restart the operator asked
+    for): the operator acting, not the supervisor. A START after the engine went down
+    by itself is advice, as is every other action."""
+    if not advising or decision.action is Action.HOLD or decision.operator:
         return True
     return decision.action is Action.START and not launched
 

@@ -60,7 +60,7 @@ from agent_supervisor.act.container_info import (
     kill_members,
 )
 from agent_supervisor.errors import ContainerError
-from agent_supervisor.policy_container import ContainerSpec
+from agent_supervisor.policy.container import ContainerSpec
 
 # The values and the host-side kill live in container_info.py; they are exported here
 # too, so the launcher imports the whole interface from one module.
@@ -297,6 +297,21 @@ class ContainerEngine:
                     (info := self.inspect(c["Id"])) is not None:
                 out.append(info)
         return out
+
+    def labelled(self, label: str) -> list[ContainerInfo]:
+        """Every container (any state) carrying ``label`` (``key=value`` or ``key``), ours
+        or not: an engine to adopt (``engine.adopt.container_label``)."""
+        api = self._api()
+        with self._translating("list"):
+            listed = api.containers(all=True, filters={"label": [label]})
+        return [info for c in listed if (info := self.inspect(c["Id"])) is not None]
+
+    def start(self, container_id: str) -> None:
+        """Start an existing container again (an adopted one after its stop: it keeps its
+        own command and settings). Raises ContainerError."""
+        api = self._api()
+        with self._translating("start"):
+            api.start(container_id)
 
     def inspect(self, container_id: str) -> ContainerInfo | None:
         """The container's state, or None when there is no such container."""

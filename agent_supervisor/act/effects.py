@@ -23,8 +23,7 @@ from agent_supervisor.act.stack_dump import StackDump
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Finding, Severity
 from agent_supervisor.errors import EngineStopTimeout, PolicyError
-from agent_supervisor.policy import Policy
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import Policy, PolicyHolder
 from agent_supervisor.states import CrashReason, EngineState
 
 __all__ = ["EngineControl", "Executor", "GatewayControl", "RecordSink"]
@@ -76,12 +75,13 @@ class EngineControl(Protocol):
         """Launch the engine in ``rung``'s mode (``start_args``: a start-up fallback's
         flags over the mode's)."""
 
-    async def stop(self, *, reason: str) -> None:
-        """Stop gracefully: SIGTERM, wait, SIGKILL the group."""
+    async def stop(self, *, reason: str) -> EngineRun | None:
+        """Stop gracefully: SIGTERM, wait, SIGKILL the group. Returns the run stopped
+        (the executor does not read it; None: none, or an owner that does not say)."""
 
     async def kill(self, *, reason: str, crash: CrashReason | None = None,
-                   emergency: str | None = None) -> None:
-        """SIGKILL the process group at once."""
+                   emergency: str | None = None) -> EngineRun | None:
+        """SIGKILL the process group at once. Returns as ``stop``."""
 
     async def dump_stacks(self, reason: str) -> StackDump | None:
         """Read the current run's processes' stacks, within the policy's bound
@@ -145,9 +145,19 @@ class Executor:
     def advisory(self, decision: Decision) -> bool:
         """The gate of advisory mode: whether ``decision`` is only recorded as what it
         would have done (``act/advice.carried_out``: advising, and not the engine's first
-        launch nor a HOLD). The tick asks before it moves the ladder."""
+        launch nor a HOLD), or one the engine's owner cannot carry out (``cannot``: an
+        adopted engine's mode change, ``act/adopt.py``). The tick asks before it moves the
+        ladder."""
+        stopped = self.launcher.state is EngineState.STOPPED   # on purpose: by a lever
         return not carried_out(decision, advising=self._advising(),
-                               launched=self.launcher.run is not None)
+                               launched=self.launcher.run is not None and not stopped) \
+            or self.cannot(decision) is not None
+
+    def cannot(self, decision: Decision) -> str | None:
+        """Why the engine's owner cannot carry out ``decision`` (its optional
+        ``cannot_carry_out``: an adopted engine it cannot relaunch); None: it can."""
+        why = getattr(self.launcher, "cannot_carry_out", None)
+        return None if why is None else why(decision)
 
     async def carry_out(self, decision: Decision, *, from_rung: int,
                         advisory: bool | None = None) -> None:
@@ -171,6 +181,9 @@ class Executor:
         if action is Action.HOLD:
             self._note(decision, from_rung)
             return
+        if decision.operator and self._advising():
+            decision = dataclasses.replace(decision, explanation="the operator's lever, "
+                                           f"carried out in advise mode: {decision.explanation}")
         self._advice.clear()
         logger.info("action %s: %s", action, decision.explanation)
         self.recorder.decision(str(action))
@@ -260,8 +273,10 @@ class Executor:
                     ", ".join(f"{a} -> {b}" for a, b in moved) or "none found")
 
     async def _start(self, rung: int, start_args: tuple[tuple[str, object], ...] = ()) -> None:
+        before = self.launcher.run
         run = await self.launcher.start(rung=rung, start_args=start_args)
-        self.recorder.run_started(run, self.policy.engine.port)
+        if run is not None and run is not before:     # an engine to adopt not found yet
+            self.recorder.run_started(run, self.policy.engine.port)
 
     def engine_ready(self, rung: int) -> None:
         """The engine became ready: let the gateway admit again in this mode."""
@@ -302,9 +317,11 @@ class Executor:
         if worst is not None:
             self._noted.add((worst.run_id, worst.kind))
         if advised:           # "would have done X because Y"; no rung moved, no transition
+            why = self.cannot(decision)
+            head = "advise mode, not done: " if why is None else f"not done ({why}): "
             self.recorder.incident(dataclasses.replace(
                 incident, action=would(decision.action),
-                explanation=f"advise mode, not done: {incident.explanation}",
+                explanation=f"{head}{incident.explanation}",
                 outcome=f"would have: {incident.outcome}"), None, decision.findings)
             return
         transition = None

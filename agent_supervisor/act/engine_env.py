@@ -14,7 +14,7 @@ token and upstream key included). The engine gets, in this order (later wins):
    secret (``HF_TOKEN: ${HF_TOKEN}``) or a development-mode switch, on purpose;
 4. ``engine.api_key_file``'s key as ``VLLM_API_KEY`` (vLLM reads it like ``--api-key``,
    and it then stays out of the argument vector, which ``ps`` shows to every user), or
-   ``LLAMA_API_KEY`` for llama-server (``engine_flags.FlagRules.api_key_env``);
+   ``LLAMA_API_KEY`` for llama-server (``policy.engine_flags.FlagRules.api_key_env``);
 5. ``TMPDIR``: the run's private directory.
 
 ``VLLM_SERVER_DEV_MODE=1`` opens /sleep, /wake_up, /collective_rpc, /reset_prefix_cache
@@ -41,8 +41,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from agent_supervisor.engine_flags import flag_rules
 from agent_supervisor.policy import Policy
+from agent_supervisor.policy.engine_flags import flag_rules
 from agent_supervisor.privacy import is_secret_name
 
 __all__ = [

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent_supervisor.act.logtail import LogTail
 from agent_supervisor.act.stack_dump import StackDump
+from agent_supervisor.sense.log_tail import LogTail
 from agent_supervisor.states import CrashReason
 
 __all__ = ["EngineRun", "new_run_id", "utcnow"]

@@ -26,15 +26,15 @@ from agent_supervisor.act.container import ContainerInfo
 from agent_supervisor.act.engine_env import find_run_tmp_dirs, remove_run_tmp_dirs
 from agent_supervisor.act.engine_run import EngineRun, new_run_id, utcnow
 from agent_supervisor.act.engine_runtime import EngineRuntime, ProcessRuntime, runtime_for
-from agent_supervisor.act.logtail import LogTail
 from agent_supervisor.act.processes import Leftovers, remove_stale_shm, shm_snapshot, spawn_failure
 from agent_supervisor.act.stack_dump import StackDump, dump_stacks
-from agent_supervisor.engine_flags import flag_rules
 from agent_supervisor.errors import EngineStartError, EngineStopTimeout, PolicyError
-from agent_supervisor.policy import ArgValue, Policy, build_argv
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
+from agent_supervisor.policy.engine_flags import flag_rules
+from agent_supervisor.policy.model import ArgValue, Policy, build_argv
 from agent_supervisor.privacy import mask_argv
 from agent_supervisor.sense.host import mem_available, processes_rss_bytes
+from agent_supervisor.sense.log_tail import LogTail
 from agent_supervisor.sense.probes import probe_health
 from agent_supervisor.states import CrashReason, EngineState, EngineStatus
 
@@ -403,13 +403,19 @@ class EngineLauncher:
         if not await rt.adopt(run, argv):
             return None
         run.log_tail = LogTail(log_path)
+        logger.info("engine run %s: adopted pid %s (mode %s%s) from an earlier life", run_id,
+                    run.pid, run.mode, f", container {run.container_name}"
+                    if run.container_name else "")
+        await self._watch_taken(run, rt)
+        return run
+
+    async def _watch_taken(self, run: EngineRun, rt: EngineRuntime) -> None:
+        """Watch ``run``, an engine already running (``rt`` its runtime): its exit, then
+        READY at once if /health answers 200, else STARTING until it does."""
         self._rt, self._run, self._exited = rt, run, asyncio.Event()
         self._spawn_task(self._watch_exit(run))
         async with httpx.AsyncClient() as client:
             status, _ = await probe_health(client, self.base_url, timeout_seconds=2.0)
-        logger.info("engine run %s: adopted pid %s (mode %s%s) from an earlier life", run_id,
-                    run.pid, run.mode, f", container {run.container_name}"
-                    if run.container_name else "")
         if status == 200:
             run.ready_s, run.ready_at = self._clock(), utcnow()
             self._watch_children(run)
@@ -417,7 +423,6 @@ class EngineLauncher:
         else:
             self._set(EngineState.STARTING, "adopted, not ready yet")
             self._spawn_task(self._watch_ready(run))
-        return run
 
     async def clear_leftover(self, run_id: str, pid: int, argv: list[str]) -> list[int]:
         """Kill what is left of an engine an earlier life of the service launched.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_supervisor.policy import ArgValue, Mode, Policy, build_argv
+from agent_supervisor.policy.model import ArgValue, Mode, Policy, build_argv
 from agent_supervisor.sense.gid import SYSFS_INFINIBAND, GidMatch, resolve_gid_index
 
 __all__ = ["head_start_args", "node_environment", "rank_argv"]

@@ -29,9 +29,9 @@ from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.node_argv import head_start_args
 from agent_supervisor.act.stack_dump import StackDump
 from agent_supervisor.errors import EngineStartError
-from agent_supervisor.policy import Policy, agent_token
-from agent_supervisor.policy_holder import PolicyHolder
-from agent_supervisor.policy_nodes import NodeSpec
+from agent_supervisor.policy import PolicyHolder
+from agent_supervisor.policy.model import Policy, agent_token
+from agent_supervisor.policy.nodes import NodeSpec
 from agent_supervisor.sense.nodes import agent_url
 from agent_supervisor.states import CrashReason, EngineState
 

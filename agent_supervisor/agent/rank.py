@@ -28,9 +28,9 @@ from agent_supervisor.act.container import (
 )
 from agent_supervisor.act.engine_env import HOST_ONLY
 from agent_supervisor.act.engine_runtime import wait_pid_gone
-from agent_supervisor.act.logtail import LogTail
 from agent_supervisor.act.processes import group_members, kill_group, read_leftovers
 from agent_supervisor.errors import EngineStartError
+from agent_supervisor.sense.log_tail import LogTail
 
 __all__ = ["LocalRank"]
 

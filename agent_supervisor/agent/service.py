@@ -17,7 +17,7 @@ from pathlib import Path
 from agent_supervisor.agent.app import create_agent_app
 from agent_supervisor.agent.node import NodeAgent
 from agent_supervisor.errors import SetupError
-from agent_supervisor.policy import Policy, agent_token
+from agent_supervisor.policy.model import Policy, agent_token
 from agent_supervisor.sense.gid import SYSFS_INFINIBAND
 from agent_supervisor.sense.gpu import GpuSensor
 from agent_supervisor.sense.host import MEMINFO

@@ -31,7 +31,8 @@ from agent_supervisor.act.processes import (
     shm_snapshot,
 )
 from agent_supervisor.chaos.harness import Rig
-from agent_supervisor.policy import Policy, build_argv, load_policy_file
+from agent_supervisor.policy.load import load_policy_file
+from agent_supervisor.policy.model import Policy, build_argv
 
 __all__ = ["EngineSpan", "RestartLoop", "Supervised"]
 

@@ -181,7 +181,7 @@ class Rig:
         (Alembic's migration context is not thread-safe; SQLAlchemy sessions are per call)."""
         with self._store_lock:
             if self._store is None:
-                self._store = Store.open(self.db, fleet="chaos")
+                self._store = Store.open(self.db, fleet=self.data["fleet"])
             return self._store
 
     def runs(self) -> list[Any]:

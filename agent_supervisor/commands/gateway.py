@@ -6,8 +6,9 @@ one already running; under systemd it can be its own socket-activated unit
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from agent_supervisor.gateway.command import add_arguments
 
 __all__ = ["add_parser", "main"]
 
@@ -16,14 +17,11 @@ def add_parser(sub: Any) -> None:
     """The ``gateway`` subcommand."""
     gw = sub.add_parser("gateway", help="run the gateway alone (agents' connections "
                         "outlive the supervisor); `run` starts one itself")
-    gw.add_argument("--policy", required=True, type=Path, help="the fleet's policy file")
-    gw.add_argument("--owner", default="external", choices=["external", "supervisor"],
-                    help="supervisor: started by `supervisor run`, which stops it at its "
-                    "own clean stop; external: left running (systemd's unit)")
+    add_arguments(gw)
 
 
 def main(args: argparse.Namespace) -> int:
     """``supervisor gateway``: serve until SIGTERM (SIGHUP: hand over to a new process)."""
     from agent_supervisor.gateway.process import serve
 
-    return serve(args.policy, owner=args.owner)
+    return serve(args.policy, owner=args.owner, base_dir=args.base_dir)

@@ -3,7 +3,7 @@
 ``HelpfulParser`` is the parser class of every ``supervisor`` subcommand: its formatter
 appends ``(default: X)`` to an option's help unless the help already says its default,
 and ``(default: off)`` to a flag. An option whose default is None must say in its own
-help what happens without it (tests/unit/test_issue_19_help.py checks every option).
+help what happens without it (tests/unit/test_cli_help.py checks every option).
 """
 
 from __future__ import annotations

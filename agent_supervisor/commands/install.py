@@ -35,7 +35,8 @@ from pathlib import Path
 
 from agent_supervisor.act.systemd import DEFAULT_USER, unit_file
 from agent_supervisor.errors import SetupError
-from agent_supervisor.policy import Policy, load_policy, load_policy_file, with_state_default
+from agent_supervisor.policy.load import load_policy, load_policy_file, with_state_default
+from agent_supervisor.policy.model import Policy
 
 __all__ = ["add_parsers", "run"]
 

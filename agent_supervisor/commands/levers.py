@@ -249,6 +249,10 @@ def status_text(st: dict[str, Any]) -> str:
     if st.get("supervision") == "advise":     # issue 31
         lines.append("ADVISE MODE: decisions are recorded as what they would have done, "
                      "not carried out (`supervisor act` to act)")
+    if adopt := st.get("adopt"):              # issue 31: engine.adopt
+        lines.append(f"ADOPTED ENGINE ({adopt['selector']}): " + (
+            f"waiting for the engine to adopt: {adopt['waiting']}" if adopt.get("waiting")
+            else f"{adopt['state']}, log: {adopt.get('log') or 'none'}"))
     lines += [
         f"fleet {st['fleet']}: mode {st['mode']} (rung {st['rung']} of "
         f"{len(st['ladder']) - 1}), engine {st['engine_state']} for "

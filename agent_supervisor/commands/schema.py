@@ -2,7 +2,7 @@
 
 Editors validate and complete policy YAML with it (the YAML language server reads a
 ``# yaml-language-server: $schema=policy.schema.json`` first line). The copy shipped as
-policies/policy.schema.json is kept current by tests/unit/test_issue_19_policy_schema.py;
+policies/policy.schema.json is kept current by tests/unit/test_policy_schema_shipped.py;
 regenerate it with ``supervisor policy schema > policies/policy.schema.json``.
 """
 
@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from agent_supervisor.policy import Policy
-from agent_supervisor.policy_guards import _WINDOW, TimeWindow
+from agent_supervisor.policy.sections import _WINDOW, TimeWindow
 
 __all__ = ["add_parser", "policy_schema", "run"]
 

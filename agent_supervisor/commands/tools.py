@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from agent_supervisor.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, store_of
-from agent_supervisor.policy import Policy, build_argv, load_policy_file
+from agent_supervisor.policy.load import load_policy_file
+from agent_supervisor.policy.model import Policy, build_argv
 from agent_supervisor.privacy import mask_argv
 
 __all__ = ["bench", "calibrate", "demo_models", "engine_env", "policy_check", "replay",
@@ -151,6 +152,7 @@ def _replay_top_rung(args: argparse.Namespace) -> int:
     Prints each switch and each wait for a calm moment with its reason; exit 2 when the
     trace cannot be read or has no trace."""
     from agent_supervisor.decide.top_rung import replay_top_rung
+    from agent_supervisor.decide.top_switch import top_figures
     from agent_supervisor.record.baselines import load_top_rung_figures
     from agent_supervisor.record.trace import read_trace
     from agent_supervisor.telemetry.sample import Sample
@@ -165,7 +167,11 @@ def _replay_top_rung(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     with store_of(policy) as store:
-        figures = load_top_rung_figures(store, policy)
+        stored = load_top_rung_figures(store, policy)
+    # The figures the live choice reads: the database's over the policy's own (the replay
+    # read the database's alone, so a policy's top_rung.figures were never replayed).
+    figures = top_figures(policy.model_copy(update={"top_rung": policy.top_rung.model_copy(
+        update={"enabled": True})}), stored) or stored
     samples = [Sample.from_dict({k: v for k, v in r.items() if k != "type"})
                for r in records if r["type"] == "sample"]
     names = [m.name for m in policy.modes]
@@ -186,11 +192,16 @@ def _replay_top_rung(args: argparse.Namespace) -> int:
 
 def bench(args: argparse.Namespace) -> int:
     """``supervisor bench``: the chaos table and the benchmark figures; ``--day``: the
-    day of agent work under faults, three arms (``agent_supervisor.chaos.day``)."""
+    day of agent work under faults, three arms (``agent_supervisor.chaos.day``);
+    ``--load-day``: the day whose load changes (``agent_supervisor.chaos.day_load``)."""
     if args.day:
         from agent_supervisor.chaos.day import main_day
 
         return main_day(short=args.short, seed=args.seed, base=args.dir)
+    if getattr(args, "load_day", False):
+        from agent_supervisor.chaos.day_load import main_load_day
+
+        return main_load_day(short=args.short, seed=args.seed, base=args.dir)
 
     from agent_supervisor.chaos.bench import run_bench
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent_supervisor.decide.ladder import LadderState
-from agent_supervisor.policy import Mode, Policy
-from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
+from agent_supervisor.policy.model import Mode, Policy
+from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines, EngineUpdate
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 
@@ -24,6 +24,9 @@ class Situation:
     baselines: Baselines = field(default_factory=dict)
     acceptance: AcceptanceBaselines = field(default_factory=dict)
     """Usual acceptance by position per mode (the launch-lottery check)."""
+    update: EngineUpdate | None = None
+    """The running engine's version against the last good run on another version
+    (``engine_update`` guard; issue 29)."""
 
     @property
     def latest(self) -> Sample | None:

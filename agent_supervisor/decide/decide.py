@@ -36,14 +36,19 @@ Order of precedence (DESIGN.md, "Guards"):
    at start-up), only a restart in a smaller mode does;
    A shed for a suspected hang is undone as soon as the canary answers;
 5. the operator's pin: move to the pinned rung;
+5b. the traffic's top rung (``top``: issue 32, ``decide/top_switch.py``): a switch of
+   the top at a calm moment, a planned restart into the new top; it waits out a
+   probation, a barred target, the cooldown and the transitions per hour;
 6. calm: restore shed limits, then step up one rung (calm period, allowed hours, not a
-   barred rung), on probation (counted from the new engine's first serving: issue 29);
+   barred rung), on probation (counted from the new engine's first serving: issue 29),
+   never above the ladder's top (``LadderState.top``: the first rung, or the traffic's);
 7. otherwise hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 from agent_supervisor.decide.context import Situation
 from agent_supervisor.decide.decision import Action, Decision
@@ -61,9 +66,11 @@ from agent_supervisor.decide.recommended import RECOMMENDED, recommend
 from agent_supervisor.decide.rungs import context_cap, first_capped_rung_below, skip_target
 from agent_supervisor.decide.start_failure import failure_signature, repeated_start
 from agent_supervisor.decide.start_failure import startup_decision as _startup
-from agent_supervisor.policy import Policy
+from agent_supervisor.decide.top_rung import TopRungChoice
+from agent_supervisor.decide.top_switch import top_decision
+from agent_supervisor.policy.model import Policy
 from agent_supervisor.states import CrashReason, EngineState
-from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
+from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines, EngineUpdate
 from agent_supervisor.telemetry.window import Window
 
 __all__ = ["context_cap", "decide", "findings_of", "first_capped_rung_below"]
@@ -84,13 +91,18 @@ def findings_of(sit: Situation) -> list[Finding]:
 
 
 def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
-           baselines: Baselines | None = None, *,
-           acceptance: AcceptanceBaselines | None = None) -> Decision:
+           baselines: Baselines | None = None, *, top: TopRungChoice | None = None,
+           acceptance: AcceptanceBaselines | None = None,
+           update: EngineUpdate | None = None) -> Decision:
     """Pick at most one action for this tick (see the module docstring for the order).
 
+    ``top``: this tick's top-rung choice (``decide/top_switch.live_choice``; None: the
+    choice is off).
+
     ``baselines``: calibrated tokens/s per request per mode; ``acceptance``: usual
-    acceptance by draft position per mode (both optional: without them the guards that
-    compare against them stay silent)."""
+    acceptance by draft position per mode; ``update``: the last good run on another engine
+    version (all optional: without them the guards that compare against them stay
+    silent)."""
     s = window.latest
     if s is None:
         return Decision(Action.HOLD, ladder.rung, "no sample yet")
@@ -106,10 +118,10 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
     # A stepped-up rung's probation runs from its engine's first serving (issue 29).
     serving = serving_since(ladder, s)
     ladder = begin_probation(ladder, serving, policy)
-    sit = Situation(window, ladder, policy, now_s, baselines or {}, acceptance or {})
+    sit = Situation(window, ladder, policy, now_s, baselines or {}, acceptance or {}, update)
     findings = findings_of(sit)
     decision = next((d for step in (_reboot, _startup, _emergency, _crash, _stopped, _reload,
-                                    _cleared, _warnings, _pinned, _calm)
+                                    _cleared, _warnings, _pinned, partial(_top, top=top), _calm)
                      if (d := step(sit, findings)) is not None), None)
     if decision is None:
         mode, worst = policy.modes[ladder.rung].name, findings[0].summary if findings else None
@@ -117,6 +129,15 @@ def decide(window: Window, ladder: LadderState, policy: Policy, now_s: float,
                             + (f"; noted: {worst}" if worst else ""), tuple(findings))
     return decision if serving is None else dataclasses.replace(decision,
                                                                 probation_from_s=serving)
+
+
+def _top(sit: Situation, findings: list[Finding], *,
+         top: TopRungChoice | None) -> Decision | None:
+    """Step 5b: the traffic's top rung (``decide/top_switch.top_decision``), within the
+    cooldown and the transitions per hour."""
+    if top is None or top.action != "switch" or _blocked(sit) is not None:
+        return None
+    return top_decision(sit, findings, top)
 
 
 def _name(sit: Situation, rung: int) -> str:
@@ -420,7 +441,7 @@ def _calm(sit: Situation, findings: list[Finding]) -> Decision | None:
     if ladder.shed and calm >= hy.cooldown_seconds:
         return Decision(Action.SHED, ladder.rung, f"calm for {calm:.0f} s -> restore the "
                         "gateway limits", found, shed=False)
-    if ladder.rung == 0 or calm < hy.calm_seconds or _blocked(sit) is not None:
+    if ladder.rung <= ladder.top or calm < hy.calm_seconds or _blocked(sit) is not None:
         return None
     target = ladder.rung - 1
     barred = ladder.failing_until(target)

@@ -88,6 +88,10 @@ class Decision:
     move_caches: bool = False
     """For a RESTART after a poisoned compile/JIT cache: move the engine's compile caches
     aside before the next start (renamed, not deleted)."""
+    top_rung: int | None = None
+    """The ladder's new top rung, chosen by the traffic (``decide/top_switch.py``, issue
+    32): the highest rung it climbs back to from now on; the decision's own rung is where
+    the engine goes now (the new top, or where it is when below both tops)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for traces, the API and incident evidence)."""
@@ -99,6 +103,7 @@ class Decision:
             "start_args": [list(a) for a in self.start_args], "fallback": self.fallback,
             "box_fault": self.box_fault, "probation_from_s": self.probation_from_s,
             "start_signature": self.start_signature, "move_caches": self.move_caches,
+            "top_rung": self.top_rung,
         }
 
 
@@ -106,6 +111,6 @@ def as_held(decision: Decision) -> Decision:
     """What the ladder advances by for a decision that was only advised (advise mode,
     agent_supervisor/act/advice.py; live and in replay): a HOLD with the same findings
     (their trouble and deferral marks, a probation that began), none of the action's own
-    marks (crash count, handled run, backoff, rung, shed, failed start)."""
+    marks (crash count, handled run, backoff, rung, shed, failed start, top rung)."""
     return dataclasses.replace(decision, action=Action.HOLD, start_signature=None,
-                               marks_failing=None, shed=None)
+                               marks_failing=None, shed=None, top_rung=None)

@@ -15,7 +15,8 @@ from zoneinfo import ZoneInfo
 
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Severity
-from agent_supervisor.policy import Policy, Restart, build_argv
+from agent_supervisor.policy.model import Policy, build_argv
+from agent_supervisor.policy.sections import Restart
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.sample import Sample
 
@@ -94,6 +95,10 @@ class LadderState:
     """Stepped up at this time, the new engine not serving yet: the probation starts when
     it serves (``serving_since``), not at the step up, or a cold start of minutes (5-17 on
     a Spark) would eat it (issue 29). The rung counts as on probation meanwhile."""
+
+    top: int = 0
+    """The highest rung the ladder climbs back to: the first, or the mode the traffic
+    chose for the top (``Decision.top_rung``; ``decide/top_switch.py``, issue 32)."""
 
     start_failures: tuple[tuple[str, float], ...] = ()
     """(signature, time) of the current rung's failed starts judged by class: the same
@@ -225,10 +230,13 @@ def advance(ladder: LadderState, decision: Decision, policy: Policy, now_s: floa
     STEP_DOWN, KILL_NOW, STEP_UP move the rung (STEP_UP on probation; PLANNED_RESTART
     stays on it, counting a launch-lottery restart); SHED flips the
     gateway lever; GIVE_UP marks the ladder exhausted. A decision that saw the stepped-up
-    rung's engine serve (``probation_from_s``) starts its probation."""
+    rung's engine serve (``probation_from_s``) starts its probation; one with
+    ``top_rung`` moves the top (issue 32)."""
     rep = dataclasses.replace
     ladder = _failed_start(begin_probation(ladder, decision.probation_from_s, policy),
                            decision, now_s)
+    if decision.top_rung is not None:
+        ladder = rep(ladder, top=decision.top_rung)
     trouble = any(f.severity.rank >= Severity.WARNING.rank and not f.standing
                   for f in decision.findings)
     waiting = any(f.response in ("skip_speculation_when_calm", "restart_when_calm")
@@ -388,8 +396,9 @@ def apply_operator(ladder: LadderState, action: str, rung: int | None,
     """One operator record (``operate``'s action and rung, or a policy ``reload``) applied
     to ``ladder``: the live service and the replay of its trace both go through here.
 
-    ``reload`` takes ``extra``: ``reload_pending`` (bool), ``pinned`` and ``requested``
-    (rungs in the new ladder, or None), as ``reloaded`` computed them. An unknown action
+    ``reload`` takes ``extra``: ``reload_pending`` (bool), ``pinned``, ``requested`` and
+    ``top`` (rungs in the new ladder, or None; a top gone: the first), as ``reloaded``
+    computed them. An unknown action
     leaves the ladder as it is (a newer trace read by an older replay).
     """
     match action:
@@ -408,17 +417,20 @@ def apply_operator(ladder: LadderState, action: str, rung: int | None,
         case "reload" if rung is not None:
             pinned, requested = extra.get("pinned", ladder.pinned), extra.get(
                 "requested", ladder.requested)
+            top = extra.get("top", ladder.top)
             return dataclasses.replace(
                 ladder, rung=rung, reload_pending=bool(extra.get("reload_pending")),
                 pinned=pinned if isinstance(pinned, int) else None,
-                requested=requested if isinstance(requested, int) else None)
+                requested=requested if isinstance(requested, int) else None,
+                top=top if isinstance(top, int) else 0)
     return ladder
 
 
 def reloaded(ladder: LadderState, old: Policy, new: Policy) -> tuple[int, dict[str, object]]:
     """Where a policy reload puts the ladder: (rung in ``new``, the ``reload`` extras for
     ``apply_operator``). Rungs are carried over by mode name (a mode gone from the new
-    ladder: the new initial rung; a pin or a request to it is dropped).
+    ladder: the new initial rung; a pin or a request to it is dropped, a top to it is the
+    first rung again).
     ``reload_pending``: the running mode's engine arguments, environment or working
     directory changed, so the engine must be drained and restarted (Action.RELOAD).
     """
@@ -435,4 +447,4 @@ def reloaded(ladder: LadderState, old: Policy, new: Policy) -> tuple[int, dict[s
         return names.index(name) if name in names else None
 
     return rung, {"reload_pending": changed, "pinned": remap(ladder.pinned),
-                  "requested": remap(ladder.requested)}
+                  "requested": remap(ladder.requested), "top": remap(ladder.top) or 0}

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent_supervisor.decide.context import Situation
-from agent_supervisor.policy import Policy, build_argv
+from agent_supervisor.policy.model import Policy, build_argv
 
 __all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "fallback_overrides", "learn_start_budgets",
            "lower_memory", "rung_after_unclean_start", "rung_without_flag"]

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agent_supervisor.decide.decide import decide
 from agent_supervisor.decide.decision import Action, Decision, as_held
 from agent_supervisor.decide.ladder import LadderState, advance, apply_operator, request
-from agent_supervisor.policy import Policy
+from agent_supervisor.policy.model import Policy
 from agent_supervisor.states import EngineState
-from agent_supervisor.telemetry.baselines import Baselines
+from agent_supervisor.telemetry.baselines import Baselines, EngineUpdate
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 
@@ -63,11 +63,13 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
     ladder: LadderState | None = None
     steps: list[ReplayStep] = []
     pending: Sample | None = None
+    update: EngineUpdate | None = None
 
     def take(sample: Sample, recorded: dict[str, Any] | None) -> None:
         nonlocal ladder
         assert ladder is not None
-        decision = decide(window, ladder, policy, sample.t_s, base, acceptance=acceptance)
+        decision = decide(window, ladder, policy, sample.t_s, base, acceptance=acceptance,
+                          update=update)
         steps.append(ReplayStep(sample.t_s, decision, recorded))
         advised = recorded is not None and recorded.get("advisory") is True  # advise mode
         ladder = advance(ladder, as_held(decision) if advised else decision, policy,
@@ -94,6 +96,8 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
             pending = None
         elif kind == "skip":
             pending = None
+        elif kind == "engine_update":
+            update = EngineUpdate.from_dict(rec)
         elif kind == "operator" and ladder is not None:
             extra = {k: v for k, v in rec.items() if k not in ("type", "t_s", "action", "rung")}
             ladder = apply_operator(ladder, str(rec.get("action")), rec.get("rung"), **extra)
@@ -111,8 +115,8 @@ def replay(records: Iterable[dict[str, Any]], policy: Policy,
 # lines the world prints into tags, as the sensors do live.
 
 GiB = 2**30
-#: A scenario's length and memory sizes are bounded like a policy's (policy_base's
-#: MAX_SECONDS and MAX_BYTES; decide/ does not import policy_base): 7 days, 1 PiB.
+#: A scenario's length and memory sizes are bounded like a policy's (policy/base.py's
+#: MAX_SECONDS and MAX_BYTES; decide/ does not import policy.base): 7 days, 1 PiB.
 MAX_SECONDS = 7 * 86_400
 MAX_BYTES = 2**50
 #: A scenario's time (an outcome's delay, an event's time, when memory comes back):

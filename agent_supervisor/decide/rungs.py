@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from agent_supervisor.decide.context import Situation
 from agent_supervisor.decide.findings import Finding
-from agent_supervisor.policy import Mode, Policy, build_argv
+from agent_supervisor.policy.model import Mode, Policy, build_argv
 
 __all__ = ["context_cap", "first_capped_rung_below", "prefix_caching", "skip_target"]
 

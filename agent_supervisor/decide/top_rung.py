@@ -30,9 +30,11 @@ top rung should change:
    switched to; (e) at a calm moment (at most ``calm_max_requests`` running, none
    waiting; unknown load is never calm), waiting for one as long as (a)-(d) hold.
 
-Not wired into the live ladder (issue 32 item 2, the pure part): ``supervisor run`` does
-not call it; ``supervisor replay TRACE --top-rung`` runs it over a recorded trace
-(``replay_top_rung``) and tests/unit/test_issue_32_top_rung.py replays it under jitter.
+Live with ``top_rung.enabled``: ``supervisor run`` calls it every tick
+(``decide/top_switch.py`` turns a ``switch`` into the ladder's move, its state carried by
+``runtime/top_rung.py``); ``supervisor replay TRACE --top-rung`` runs it over a recorded
+trace (``replay_top_rung``); tests/unit/test_top_rung.py replays it under
+jitter, tests/unit/test_top_rung_live.py in a closed loop with ``decide()``.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ MIN_DRAFTS = 50
 
 
 class TopRungRules(Protocol):
-    """The policy's rules for the choice (``policy_spec.TopRungSpec`` has these fields)."""
+    """The policy's rules for the choice (``policy.speculative.TopRungSpec`` has these fields)."""
 
     max_switches_per_hour: int
     margin_ratio: float

@@ -64,7 +64,17 @@ CHAT_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VOCAB_SIZE = 1024
-MAX_POSITIONS = 2048
+#: The models' context (max_position_embeddings, the tokenizer's model_max_length). Long
+#: enough for a real coding agent's first request (issue 33): Claude Code 2.1.332's in
+#: print mode (system prompt, 12 tools, the first user turn: 48,706 characters) is 33,313
+#: tokens of this 1,024-token vocabulary (1.46 characters a token; about 12,000 in a
+#: large model's vocabulary), so 65,536 leaves room for a few turns. These are RoPE models
+#: (Llama, Qwen2): positions are rotations, not learned weights, so a long context costs
+#: no parameters and no training time (training still runs on 128-token windows; the
+#: model's text past them is nonsense, which the tests never read as text).
+MAX_POSITIONS = 65536
+#: The served model's attention window: its training window (``train``'s seq_len).
+SLIDING_WINDOW = 128
 
 _VERBS = ["read", "open", "list", "search", "patch", "run", "build", "test", "check", "write"]
 _NOUNS = ["file", "module", "function", "test", "config", "log", "table", "request", "model"]
@@ -229,9 +239,17 @@ def build_mimo(out: Path, tok_dir: Path, ids, *, steps: int, seed: int, eos_id: 
 
     torch.manual_seed(seed)
     hidden, inter = 128, 256
+    # Sliding-window attention over the training window (every layer: max_window_layers
+    # 0), as Mistral-style models do: at any depth of a long prompt (a coding agent's 33k
+    # tokens) the model sees what it was trained on, so it answers in its trained shape
+    # and ends its turn (full attention over 33k untrained distances gave noise that never
+    # reached <|im_end|>), and prefill costs O(n x window) instead of O(n^2). Within the
+    # window the model is the full-attention one (same weights, same text). vLLM reads it
+    # from config.json (sliding_window with use_sliding_window, Qwen2's layer_types).
     config = Qwen2Config(
         hidden_size=hidden, intermediate_size=inter, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, **_common(eos_id, pad_id),
+        num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
+        sliding_window=SLIDING_WINDOW, max_window_layers=0, **_common(eos_id, pad_id),
     )
     model = Qwen2ForCausalLM(config)
     losses = train(model, ids, steps, seed)

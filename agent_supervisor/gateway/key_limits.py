@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from agent_supervisor.policy_gateway import ApiKey
+from agent_supervisor.policy.gateway import ApiKey
 
 __all__ = ["KEY_NAME", "RATE_WINDOW_SECONDS", "KeyLimits", "KeyRefused"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from agent_supervisor.gateway.resume import Resumption, StreamTap
+    from agent_supervisor.gateway.resume.resumption import Resumption, StreamTap
 
 __all__ = ["GatewayMetrics", "ResumptionLog"]
 

@@ -27,7 +27,11 @@ lists ``model_group_alias`` entries in ``/models``, BerriAI/litellm#5524). The a
 ``model`` is left as the engine says: it names what served the request, which logs and
 cost tracking read; LiteLLM's proxy did the same until v1.81.7 and has overwritten it
 with the requested name since (BerriAI/litellm#19943, disputed in #22709), and leaving
-it costs nothing on a stream.
+it costs nothing on a stream. The token counters that name a model (``/tokenize``,
+``/detokenize``, Anthropic's ``/v1/messages/count_tokens``: vLLM checks the name and
+answers 404 for one it does not serve, vllm/entrypoints/serve/tokenize/) get the same
+rewrite (``aliased_read``): Claude Code counts tokens under the name it was configured
+with before it sends the request itself.
 """
 
 from __future__ import annotations
@@ -40,14 +44,18 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import Response
 
 from agent_supervisor.gateway.visibility import supervisor_mark
-from agent_supervisor.policy import build_argv
+from agent_supervisor.policy.model import build_argv
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.view import GatewayView
 
-__all__ = ["MODELS_PATH", "aliased", "engine_models", "policy_models", "served_names"]
+__all__ = ["ALIASED_READS", "MODELS_PATH", "aliased", "aliased_read", "engine_models",
+           "policy_models", "served_names"]
 
 MODELS_PATH = "/v1/models"
+#: Passed-through paths whose JSON body names a model (vLLM 0.32.0's TokenizeRequest,
+#: DetokenizeRequest and the Anthropic count_tokens request all carry ``model``).
+ALIASED_READS = frozenset({"/tokenize", "/detokenize", "/v1/messages/count_tokens"})
 
 _NAME_FLAGS = {"vllm": (("--served-model-name",), ("--model",)),
                "llama_cpp": (("--alias", "-a"), ("--model", "-m"))}
@@ -116,6 +124,19 @@ def aliased(gw: GatewayView, body: dict[str, Any], raw: bytes) -> bytes:
         return raw
     body["model"] = aliases[model]
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def aliased_read(gw: GatewayView, raw: bytes) -> bytes:
+    """``raw``, the body of one of ``ALIASED_READS``, with an aliased ``model`` replaced
+    by its served name; ``raw`` itself when there is no alias to apply or it is not a
+    JSON object (the engine answers a malformed body with its own error, as before)."""
+    if not gw.spec.model_aliases or not raw:
+        return raw
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw
+    return aliased(gw, body, raw) if isinstance(body, dict) else raw
 
 
 def _add_aliases(gw: GatewayView, data: list[Any]) -> None:

@@ -21,8 +21,9 @@ Per request, in order (each refusal in the caller's API shape, agent_supervisor/
    comes, anything else whole. A failure before any byte reached the client is retried
    once on the engine that comes back (a non-streamed request in flight at a crash is so
    re-sent whole); a chat or text completion stream cut mid-way is resumed there
-   (agent_supervisor/gateway/resume.py), and so is an Anthropic messages or Responses stream
-   (agent_supervisor/gateway/resume_apis.py); any other stream cut ends with an error event.
+   (agent_supervisor/gateway/resume/resumption.py), and so is an Anthropic messages or
+   Responses stream (agent_supervisor/gateway/resume/apis.py); any other stream cut ends
+   with an error event.
 
 A client that goes away cancels its request wherever it is: queued (it leaves the queue
 and is never sent), waiting for the engine's answer (the upstream connection is closed,
@@ -46,22 +47,30 @@ from starlette.types import Message, Receive, Scope, Send
 
 from agent_supervisor.gateway.admission import Rejected, Slot
 from agent_supervisor.gateway.body import BadBody, parse_body
-from agent_supervisor.gateway.connections import CLIENT_GONE, CLIENT_TASK
 from agent_supervisor.gateway.errors import api_error, openai_error
+from agent_supervisor.gateway.failover import FallbackAnswer
+from agent_supervisor.gateway.failover_route import admit, wait_back
 from agent_supervisor.gateway.key_limits import KEY_NAME, KeyRefused
-from agent_supervisor.gateway.models import MODELS_PATH, aliased, engine_models, policy_models
+from agent_supervisor.gateway.listener.connections import CLIENT_GONE, CLIENT_TASK
+from agent_supervisor.gateway.listener.responses import StreamResponse, WholeResponse
+from agent_supervisor.gateway.models import (
+    ALIASED_READS,
+    MODELS_PATH,
+    aliased,
+    aliased_read,
+    engine_models,
+    policy_models,
+)
 from agent_supervisor.gateway.overrun import answer_limit
 from agent_supervisor.gateway.own_api import gateway_api
 from agent_supervisor.gateway.paths import ADMITTED, JSON_BODIES, Api, Route, not_normal
 from agent_supervisor.gateway.prompt import estimate_tokens, exact_tokens
 from agent_supervisor.gateway.quality import AnswerWatch, agent_label
 from agent_supervisor.gateway.readiness import PROBE_PATHS, Readiness
-from agent_supervisor.gateway.resume import Resumption
-from agent_supervisor.gateway.resume_apis import plan_stream
+from agent_supervisor.gateway.resume.apis import plan_stream
+from agent_supervisor.gateway.resume.resumption import Resumption
 from agent_supervisor.gateway.streaming import (
     DROP,
-    StreamResponse,
-    WholeResponse,
     response_headers,
     send_upstream,
     stream_response,
@@ -273,7 +282,7 @@ async def _prompt_check(gw: GatewayView, body: dict[str, Any],
 
 
 async def handle(gw: GatewayView, request: Request, route: Route, api: Api,
-                 ) -> WholeResponse | StreamResponse | Response:
+                 ) -> WholeResponse | StreamResponse | Response | FallbackAnswer:
     """Authenticate, check, admit, forward; see the module docstring. Raises ClientGone."""
     denied = _check_auth(gw, request, api)
     if denied is not None:
@@ -298,14 +307,17 @@ async def handle(gw: GatewayView, request: Request, route: Route, api: Api,
             return api_error(api, 400, str(exc), type_="invalid_request_error",
                              code="invalid_request_body", param=exc.param)
         raw = aliased(gw, body, raw)           # gateway.model_aliases (issue 33)
+    elif path in ALIASED_READS:
+        raw = aliased_read(gw, raw)            # the token counters too (issue 33)
     # From here on a client that leaves cancels this task (agent_supervisor/gateway/
-    # connections.py): queued, it leaves the queue; upstream, the engine's connection
+    # listener/connections.py): queued, it leaves the queue; upstream, the engine's connection
     # is closed and the engine aborts the request.
     return await _admitted(gw, request, route, api, path, raw, body)
 
 
 async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, path: str,
-                    raw: bytes, body: dict[str, Any]) -> WholeResponse | StreamResponse | Response:
+                    raw: bytes, body: dict[str, Any],
+                    ) -> WholeResponse | StreamResponse | Response | FallbackAnswer:
     if route is not Route.ADMIT:
         return await _forward(gw, request, api, path, raw, None)
     tokens, refused = await _prompt_check(gw, body, api)
@@ -315,7 +327,7 @@ async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, p
     try:
         key_back = gw.keys.take(name) if name else None    # gateway/key_limits.py
         try:
-            waited = await gw.admission.acquire(tokens, len(raw))
+            waited = await admit(gw, request, path, raw, body, tokens, key_back)
         except BaseException:
             if key_back is not None:
                 key_back()
@@ -328,6 +340,8 @@ async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, p
                          status == 429 else "server_error", code=exc.reason,
                          headers={"Retry-After": str(exc.retry_after_seconds),
                                   **mode_headers(gw)})
+    if isinstance(waited, FallbackAnswer):       # the failover (gateway/failover.py)
+        return waited
     slot = Slot(gw.admission, tokens, key_back)
     gw.metrics.queue_wait.observe(waited)
     try:
@@ -338,7 +352,8 @@ async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, p
                                      margin_ratio=gw.spec.overrun_margin_ratio)) \
             if body else None
         return await _forward(gw, request, api, path, plan.upstream_raw if plan else raw,
-                              slot, plan=plan, watch=watch, held_s=waited)
+                              slot, plan=plan, watch=watch, held_s=waited,
+                              original=(raw, body))
     except BaseException:
         await slot.aclose()
         raise
@@ -347,7 +362,8 @@ async def _admitted(gw: GatewayView, request: Request, route: Route, api: Api, p
 async def _forward(gw: GatewayView, request: Request, api: Api, path: str, raw: bytes,
                    slot: Slot | None, *, plan: Resumption | None = None,
                    watch: AnswerWatch | None = None, held_s: float = 0.0,
-                   ) -> WholeResponse | StreamResponse | Response:
+                   original: tuple[bytes, dict[str, Any]] | None = None,
+                   ) -> WholeResponse | StreamResponse | Response | FallbackAnswer:
     """Send upstream; retry once on a failure before any byte reached the client.
     ``held_s``: seconds the request waited for its slot (the answer's headers say it,
     agent_supervisor/gateway/visibility.py, with the wait before a re-send added)."""
@@ -367,14 +383,18 @@ async def _forward(gw: GatewayView, request: Request, api: Api, path: str, raw: 
             resp.release()
             t_cut = time.monotonic()
             if resp.status in _RETRYABLE_STATUS and attempt == 0 and slot is not None \
-                    and await _crashed(gw, epoch):
+                    and await _crashed(gw, epoch, wait=not gw.failover.covers(path)):
                 raise UpstreamError(f"engine answered {resp.status} "
                                                       "and was switched")
         except (UpstreamError, TimeoutError) as exc:
             if resp is not None:
                 resp.close()
             t_cut = time.monotonic() if t_cut is None else t_cut
-            if attempt == 0 and await gw.wait_engine(epoch):
+            back = attempt == 0 and await wait_back(gw, request, path, epoch, slot, original,
+                                                    held_s + time.monotonic() - t_cut)
+            if isinstance(back, FallbackAnswer):      # the failover (gateway/failover.py)
+                return back
+            if back:
                 gw.metrics.retries.inc()
                 held_s += time.monotonic() - t_cut
                 gw.resumptions.resent(path, waited=time.monotonic() - t_cut)
@@ -405,7 +425,7 @@ async def _forward(gw: GatewayView, request: Request, api: Api, path: str, raw: 
     raise AssertionError("unreachable: the loop returns")
 
 
-async def _crashed(gw: GatewayView, epoch: int) -> bool:
+async def _crashed(gw: GatewayView, epoch: int, *, wait: bool = True) -> bool:
     """After a 5xx answer to an admitted request: whether it came from an engine going
     down, which then came back (the request is sent again) or not.
 
@@ -416,18 +436,20 @@ async def _crashed(gw: GatewayView, epoch: int) -> bool:
     a hold (the supervisor's switch) or /health failing means a crash, and the request
     waits for the next engine; /health answering 200 for ``HEALTHY_500_SECONDS`` means
     the engine's own 500, passed on (it waited the whole ``NO_SWITCH_GRACE_SECONDS``
-    before)."""
+    before). ``wait`` False (a path a fallback takes, gateway/failover.py): True once a
+    crash is seen, without waiting for the engine (the caller's wait races the failover).
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HEALTHY_500_SECONDS
     while not gw.switched(epoch):
         if not await gw.engine_healthy():
-            return await gw.wait_engine(epoch)
+            return await gw.wait_engine(epoch) if wait else True
         if gw.switched(epoch):
             break
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(HEALTH_POLL_SECONDS)
-    return await gw.wait_ready()
+    return await gw.wait_engine(epoch) if wait else True     # a switch: wait for its end
 
 
 #: /health answering 200 this long after a 5xx: the engine's own error (seconds).

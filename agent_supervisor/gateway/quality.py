@@ -182,13 +182,26 @@ class RepeatRun:
 
 
 def asked_for(unit: str, prompt: str) -> bool:
-    """Whether the prompt asked for ``unit`` repeated (see the module docstring)."""
-    core = unit.strip()
-    if not core:
-        return unit * PROMPT_UNIT_REPEATS in prompt
-    if unit * PROMPT_UNIT_REPEATS in prompt or core * PROMPT_UNIT_REPEATS in prompt:
-        return True
-    return core in prompt and _ASKS_REPETITION.search(prompt) is not None
+    """Whether the prompt asked for ``unit`` repeated (see the module docstring).
+
+    A repeated run has its unit only up to rotation: "main main main" read at an event
+    boundary that falls mid-word is "ain m" repeated, so every rotation of ``unit`` is
+    tried (the unit is at most ``MAX_UNIT_CHARS`` long). Seen 2026-12-04 on the real
+    engine: a prompt asking for "main" 300 times was counted degenerate with a 5-character
+    unit that was not " main"."""
+    asks = _ASKS_REPETITION.search(prompt) is not None
+    for i in range(max(len(unit), 1)):
+        turn = unit[i:] + unit[:i]
+        core = turn.strip()
+        if not core:
+            if turn * PROMPT_UNIT_REPEATS in prompt:
+                return True
+            continue
+        if turn * PROMPT_UNIT_REPEATS in prompt or core * PROMPT_UNIT_REPEATS in prompt:
+            return True
+        if asks and core in prompt:
+            return True
+    return False
 
 
 def json_object(content: bytes) -> dict[str, Any] | None:

@@ -1,8 +1,11 @@
-"""``Gateway``: the proxy's state and its two faces, for the service and for uvicorn.
+"""``Gateway``: the proxy's state and its two faces, for its controller and for uvicorn.
 
-To the executor it is the ``GatewayControl`` (hold before a switch, release after,
-shed); to the sensors a ``GatewayLoadSource`` (in flight, queued, their prompt tokens).
-It serves with uvicorn inside the supervisor's own event loop.
+It runs in the gateway's own process (agent_supervisor/gateway/process.py), whose control
+channel drives it; tests drive it directly. It has the service's ``GatewayFace``
+(agent_supervisor/runtime/gateway_face.py, which ``GatewayLink`` has too): the
+``GatewayControl`` (hold before a switch, release after, shed), a ``GatewayLoadSource`` (in
+flight, queued, their prompt tokens), ``follow``, ``summary``. It serves with uvicorn in
+the event loop of the process that hosts it.
 """
 
 from __future__ import annotations
@@ -18,15 +21,16 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from agent_supervisor.gateway.admission import Admission
-from agent_supervisor.gateway.connections import gateway_protocol
 from agent_supervisor.gateway.cors import Cors
+from agent_supervisor.gateway.engine_back import engine_back
+from agent_supervisor.gateway.failover import Failover
 from agent_supervisor.gateway.key_limits import KeyLimits
+from agent_supervisor.gateway.listener.connections import gateway_protocol
+from agent_supervisor.gateway.listener.tls import reload_tls, tls_options
 from agent_supervisor.gateway.metrics import GatewayMetrics, ResumptionLog
 from agent_supervisor.gateway.paths import Routes
 from agent_supervisor.gateway.proxy import GatewayApp
 from agent_supervisor.gateway.quality import Quality
-from agent_supervisor.gateway.streaming import NO_SWITCH_GRACE_SECONDS
-from agent_supervisor.gateway.tls import reload_tls, tls_options
 from agent_supervisor.gateway.upstream import Upstream
 from agent_supervisor.policy import Policy
 from agent_supervisor.sense.gateway_load import GatewayLoad
@@ -70,7 +74,7 @@ class Gateway:
         """Why the supervisor calls the engine not ready although it serves (a hang
         suspected, a reboot required), or None: ``set_verdict``."""
         self.verdict_of: Callable[[], str | None] | None = None
-        """Inside the supervisor's process: its verdict, read at each probe instead."""
+        """A verdict to read at each probe instead (``follow``)."""
         self.metrics = GatewayMetrics(registry)
         self.resumptions = ResumptionLog(self.metrics)
         self.routes = self._routes(self.spec.extra_paths)
@@ -93,6 +97,12 @@ class Gateway:
         self.upstream: Upstream | None = None
         """The proxied traffic's client (agent_supervisor/gateway/upstream.py): made in
         ``start``, in the loop that serves."""
+        self.failover = Failover(policy, registry)
+        """The fallback upstreams while the engine is held (gateway/failover.py)."""
+        self.advising_of: Callable[[], bool] | None = None
+        """Whether the supervisor only advises, read on use (``follow``; issue 31)."""
+        self.advise = False
+        """Sent by the supervisor (``POST /control/supervision``): it only advises."""
         self.app = GatewayApp(self)
         self._server: AppServer | None = None
 
@@ -125,6 +135,7 @@ class Gateway:
         self.admission.hold()
         self.hold_reason = reason
         self._ready.clear()
+        self.failover.on_hold(reason)
         self.epoch += 1
         logger.info("gateway holding new requests (%s); %d in flight", reason,
                     self.admission.in_flight)
@@ -145,6 +156,7 @@ class Gateway:
         self.admission.set_limits(self.policy.modes[rung].gateway)
         self.admission.set_shed(False)
         self._ready.set()
+        self.failover.on_release()
         self.hold_reason = None
         self.admission.release()
         logger.info("gateway admitting for mode %s (%d queued)", self.mode_name,
@@ -171,6 +183,7 @@ class Gateway:
         self.admission.max_queued_bytes = self.spec.max_queued_bytes
         self.routes = self._routes(self.spec.extra_paths)
         self.cors = Cors(self.spec.cors_allow_origins)
+        self.failover.apply(policy)
         self.mode_name = policy.modes[rung].name
         self.rung = rung
         self.admission.set_limits(policy.modes[rung].gateway)
@@ -181,7 +194,7 @@ class Gateway:
 
     def reload_tls(self, policy: Policy) -> str | None:
         """Read ``policy``'s certificate files again into the listener (new connections
-        get them: agent_supervisor/gateway/tls.py); why refused, or None."""
+        get them: agent_supervisor/gateway/listener/tls.py); why refused, or None."""
         if self._server is None:
             return None
         return reload_tls(self._server.server.config.ssl, policy)
@@ -199,11 +212,20 @@ class Gateway:
                         reason or "healthy")
         self.verdict = reason
 
+    def follow(self, verdict: Callable[[], str | None],
+               advising: Callable[[], bool]) -> None:
+        """Read the readiness verdict and whether the supervisor only advises from these
+        at each use, instead of what ``set_verdict`` and ``advise`` say."""
+        self.verdict_of, self.advising_of = verdict, advising
+
     def summary(self) -> dict[str, object]:
         """Held or not and the load, for the supervisor's status."""
         a = self.admission
         return {"held": a.held, "requests_in_flight": a.in_flight,
                 "requests_queued": a.queued, "max_concurrency": a.max_concurrency}
+
+    async def refresh(self) -> None:
+        """Nothing to fetch: its counters are on the registry it was given."""
 
     # -- for the proxy ----------------------------------------------------------------
 
@@ -211,6 +233,12 @@ class Gateway:
     def ready(self) -> bool:
         """Whether the engine is serving (not starting, not being switched)."""
         return self._ready.is_set()
+
+    @property
+    def advising(self) -> bool:
+        """Whether the supervisor only advises (``mode: advise``): nothing will restart
+        an engine that fails, so a failure is passed on at once, not waited out."""
+        return self.advising_of() if self.advising_of is not None else self.advise
 
     def switched(self, epoch: int) -> bool:
         """Whether a hold happened since ``epoch`` (or one is going on)."""
@@ -220,13 +248,16 @@ class Gateway:
         """After a failure that may mean the engine is gone: wait until a switch since
         ``epoch`` has completed, or, with no switch noticed within a short grace (the
         supervisor away, or the failure was not a crash), until the engine's /health
-        answers 200, at most ``hold_timeout_seconds``. False: it never came back."""
-        deadline = time.monotonic() + self.spec.hold_timeout_seconds
-        grace_end = time.monotonic() + NO_SWITCH_GRACE_SECONDS
+        answers 200 (``engine_back``), at most ``hold_timeout_seconds``. False: it never
+        came back."""
+        t0 = time.monotonic()
+        deadline = t0 + self.spec.hold_timeout_seconds
+        if self.advising and not self.switched(epoch):
+            return False               # advise mode: no restart is coming (issue 31)
         while time.monotonic() < deadline:
             if self.switched(epoch):
                 return await self.wait_ready()
-            if time.monotonic() >= grace_end and self.ready and await self.engine_healthy():
+            if await engine_back(self, epoch, time.monotonic() - t0):
                 return True
             await asyncio.sleep(0.1)
         return False
@@ -290,10 +321,12 @@ class Gateway:
         while self._server.open_connections and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
 
-    async def stop(self) -> None:
-        """Stop serving and close the upstream connections."""
+    async def stop(self, *, leave_running: bool = False) -> None:
+        """Stop serving and close the upstream connections (``leave_running`` is for a
+        gateway process's link: in-process, the gateway ends with its process)."""
         if self._server is not None:
             await self._server.stop()
         await self.client.aclose()
+        await self.failover.close()
         if self.upstream is not None:
             await self.upstream.close()

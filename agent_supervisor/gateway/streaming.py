@@ -4,8 +4,9 @@ A stream is passed on as the engine sends it (``StreamTap``: whole SSE events, n
 buffered beyond one event). When a resumable stream is cut (the engine's error event,
 an ``abort`` finish, a connection that breaks or ends before ``[DONE]``), the client's
 connection is held open with SSE comments while the supervisor restarts the engine, and
-the continuation planned in agent_supervisor/gateway/resume.py is sent to the new engine; any
-other cut ends the stream with an error event in the caller's API shape.
+the continuation planned in agent_supervisor/gateway/resume/ is sent to the new engine; any
+other cut ends the stream with an error event in the caller's API shape. The pieces reach
+the client through agent_supervisor/gateway/listener/responses.py (chunked framing).
 
 Whatever the engine sends, the client's stream ends with its API's last event or an error
 event in its API's shape (issue 34: 995 of 5,000 malformed engine streams raised inside
@@ -22,27 +23,25 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
-
-from starlette.types import Receive, Scope, Send
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from agent_supervisor.gateway.admission import Slot
-from agent_supervisor.gateway.connections import CLIENT_TRANSPORT
+from agent_supervisor.gateway.engine_back import engine_back
 from agent_supervisor.gateway.errors import sse_error
+from agent_supervisor.gateway.listener.responses import ChunkWriter, StreamResponse
 from agent_supervisor.gateway.paths import Api
 from agent_supervisor.gateway.quality import AnswerWatch
-from agent_supervisor.gateway.resume import Resumption, StreamTap
-from agent_supervisor.gateway.sse import end_markers
+from agent_supervisor.gateway.resume.resumption import Resumption, StreamTap
+from agent_supervisor.gateway.resume.sse import end_markers
 from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
 from agent_supervisor.gateway.visibility import held_comment, resumed_comment
 
 if TYPE_CHECKING:
     from agent_supervisor.gateway.view import GatewayView
 
-__all__ = ["CLIENT_HIGH_WATER", "DROP", "KEEPALIVE_SECONDS", "NO_SWITCH_GRACE_SECONDS",
-           "ChunkWriter", "StreamResponse", "WholeResponse", "response_headers",
-           "send_upstream", "stream_response"]
+__all__ = ["DROP", "KEEPALIVE_SECONDS", "response_headers", "send_upstream",
+           "stream_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +55,6 @@ _DROP_RAW = frozenset(h.encode() for h in DROP)
 #: clients and proxies with idle timeouts keep the connection (SSE: lines starting with
 #: ":" are comments, ignored by the OpenAI and Anthropic SDKs' decoders).
 KEEPALIVE_SECONDS = 5.0
-#: A failure with no hold noticed: the supervisor's tick is 1 s and a crash is seen
-#: within a tick or two, so wait this long before asking the engine itself whether it
-#: serves (the supervisor may be away: its gateway outlives it).
-NO_SWITCH_GRACE_SECONDS = 3.0
-#: A client's unsent bytes past which the engine's stream is no longer read (bytes).
-CLIENT_HIGH_WATER = 256 * 1024
 _KEEPALIVE = b": supervisor: the engine is restarting, this stream will continue\n\n"
 
 
@@ -80,81 +73,6 @@ def response_headers(resp: UpstreamResponse) -> list[tuple[bytes, bytes]]:
     """The engine's response headers for the client, as ASGI wants them (hop-by-hop
     ones dropped)."""
     return [(k, v) for k, v in resp.headers if k not in _DROP_RAW]
-
-
-class WholeResponse:
-    """A whole answer as two ASGI messages: what Starlette's ``Response`` sends, without
-    building and checking its headers again (they come from the engine's answer)."""
-
-    __slots__ = ("body", "headers", "status")
-
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        self.status, self.body = status, body
-        self.headers = [*headers, (b"content-length", b"%d" % len(body))]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": self.headers})
-        await send({"type": "http.response.body", "body": self.body})
-
-
-class StreamResponse:
-    """A stream: its head as an ASGI message, then every piece written straight to the
-    client's transport as a chunk of HTTP/1.1 chunked encoding, from the engine
-    connection's read callback (``UpstreamResponse.pass_to``), then the end as an ASGI
-    message (uvicorn writes the last chunk and completes its cycle).
-
-    Why not ASGI messages for the pieces (Starlette's ``StreamingResponse`` before):
-    each piece then cost a task switch, three async generators and uvicorn's ``send``;
-    a stream's events are the gateway's hottest path (one per token per agent).
-    Measured against a canned upstream: see agent_supervisor/gateway/upstream.py's figures.
-    The client's transport is the one the gateway's connection protocol puts in the
-    scope (``CLIENT_TRANSPORT``, agent_supervisor/gateway/connections.py). No task listens for
-    the client's disconnect either: that protocol cancels the request's task, which ends
-    the stream with CancelledError. ``supervisor_close``: what closes the stream if its
-    body never ran."""
-
-    __slots__ = ("headers", "pump", "status", "supervisor_close")
-
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]],
-                 pump: Callable[[ChunkWriter], Awaitable[None]],
-                 close: Callable[[str | None], Awaitable[None]]) -> None:
-        self.status, self.headers, self.pump = status, headers, pump
-        self.supervisor_close = close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = scope.get(CLIENT_TRANSPORT)
-        if transport is None:
-            raise RuntimeError("a gateway stream needs the gateway's connection protocol "
-                               "(agent_supervisor/gateway/connections.py)")
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": self.headers})
-        await self.pump(ChunkWriter(transport))
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-class ChunkWriter:
-    """Writes pieces to a client's transport as chunks of HTTP/1.1 chunked encoding
-    (RFC 9112 section 7.1: size in hex, CRLF, data, CRLF), as uvicorn's ``send`` does
-    for a response without a length."""
-
-    __slots__ = ("transport",)
-
-    def __init__(self, transport: Any) -> None:
-        self.transport = transport
-
-    def __call__(self, piece: bytes) -> None:
-        if piece and not self.transport.is_closing():
-            self.transport.write(b"%x\r\n%b\r\n" % (len(piece), piece))
-
-    def behind(self) -> bool:
-        """Whether the client has more than ``CLIENT_HIGH_WATER`` bytes not yet sent."""
-        return bool(self.transport.get_write_buffer_size() > CLIENT_HIGH_WATER)
-
-    def caught_up(self) -> bool:
-        """Whether the client is down to a quarter of that (or gone)."""
-        return self.transport.is_closing() or \
-            bool(self.transport.get_write_buffer_size() <= CLIENT_HIGH_WATER // 4)
 
 
 class _Stream:
@@ -278,6 +196,8 @@ class _Stream:
             return "the engine sent what the gateway cannot read: retry the request"
         if plan is None:
             return "the supervisor is restarting it: retry the request"
+        if self.gw.advising and not self.gw.admission.held:
+            return "the engine failed and the supervisor only advises: retry the request"
         if plan.unsupported is None and not self.tap.record:
             return "it is too long to be carried across a restart"
         return plan.refusal(self.tap, resumes, self.gw.spec.max_resumes_per_request)
@@ -352,14 +272,12 @@ def stream_response(gw: GatewayView, api: Api, resp: UpstreamResponse, slot: Slo
 async def _await_engine(gw: GatewayView, epoch: int) -> AsyncIterator[bytes]:
     """Yield keep-alive comments until the engine serves again: a switch since
     ``epoch`` that has completed, or (no switch noticed, the engine still called ready)
-    after a short grace, or the hold timeout."""
+    after a short grace (``engine_back``), or the hold timeout."""
     t0 = last = time.monotonic()
     deadline = t0 + gw.spec.hold_timeout_seconds
     while time.monotonic() < deadline:
         now = time.monotonic()
-        if gw.ready and gw.epoch != epoch:
-            return
-        if gw.ready and now - t0 >= NO_SWITCH_GRACE_SECONDS and await gw.engine_healthy():
+        if await engine_back(gw, epoch, now - t0):
             return
         if now - last >= KEEPALIVE_SECONDS:
             last = now

@@ -20,13 +20,14 @@ if TYPE_CHECKING:
 
     from agent_supervisor.gateway.admission import Admission
     from agent_supervisor.gateway.cors import Cors
+    from agent_supervisor.gateway.failover import Failover
     from agent_supervisor.gateway.key_limits import KeyLimits
     from agent_supervisor.gateway.metrics import GatewayMetrics, ResumptionLog
     from agent_supervisor.gateway.paths import Routes
     from agent_supervisor.gateway.quality import Quality
     from agent_supervisor.gateway.upstream import Upstream
     from agent_supervisor.policy import Policy
-    from agent_supervisor.policy_guards import GatewaySpec
+    from agent_supervisor.policy.gateway import GatewaySpec
 
 __all__ = ["GatewayView"]
 
@@ -66,11 +67,17 @@ class GatewayView(Protocol):
     """For the occasional side request (/tokenize, /health)."""
     upstream: Upstream | None
     """The proxied traffic's client; None until ``Gateway.start``."""
+    failover: Failover
+    """The fallback upstreams while the engine is held (gateway/failover.py)."""
 
     # -- is the engine there -----------------------------------------------------------
     @property
     def ready(self) -> bool:
         """Whether the engine is serving (not starting, not being switched)."""
+
+    @property
+    def advising(self) -> bool:
+        """Whether the supervisor only advises: no restart will come after a failure."""
 
     def switched(self, epoch: int) -> bool:
         """Whether a hold happened since ``epoch`` (or one is going on)."""

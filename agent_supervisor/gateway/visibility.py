@@ -13,6 +13,10 @@ refusals, mode and rung only):
                                 next engine before a re-send); ``0.000``: sent at once
 ``X-Supervisor-Resumed``        ``true``: the request was cut by an engine crash before any
                                 byte came back and was re-sent whole to the next engine
+``X-Supervisor-Served-By``      only on an answer a fallback upstream served while the local
+                                engine was held (issue 31 item 5): the fallback's name
+                                (``gateway.fallbacks[].name``, agent_supervisor/gateway/
+                                failover.py); absent: the local engine served it
 ==============================  =============================================================
 
 No shared convention names these: proxies in the field mark their answers with their
@@ -39,13 +43,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from agent_supervisor.gateway.admission import Admission
 
-__all__ = ["HELD_SECONDS", "MODE", "RESUMED", "RUNG", "Serving", "answer_headers",
+__all__ = ["HELD_SECONDS", "MODE", "RESUMED", "RUNG", "SERVED_BY", "Serving", "answer_headers",
            "held_comment", "mode_headers", "resumed_comment", "supervisor_mark"]
 
 MODE = "x-supervisor-mode"
 RUNG = "x-supervisor-rung"
 HELD_SECONDS = "x-supervisor-held-seconds"
 RESUMED = "x-supervisor-resumed"
+SERVED_BY = "x-supervisor-served-by"
 
 
 class Serving(Protocol):
@@ -67,7 +72,7 @@ def mode_headers(gw: Serving) -> dict[str, str]:
 def answer_headers(gw: Serving, *, held_seconds: float,
                    resumed: bool) -> list[tuple[bytes, bytes]]:
     """The four headers of a proxied answer, as ASGI wants them (mode names are
-    ``[a-z0-9._-]``: policy.py ``_NAME``, safe in a header)."""
+    ``[a-z0-9._-]``: policy/model.py ``_NAME``, safe in a header)."""
     return [(MODE.encode(), gw.mode_name.encode()), (RUNG.encode(), b"%d" % gw.rung),
             (HELD_SECONDS.encode(), b"%.3f" % max(0.0, held_seconds)),
             (RESUMED.encode(), b"true" if resumed else b"false")]

@@ -17,6 +17,7 @@ import httpx
 
 from agent_supervisor.load.profiles import Profile
 from agent_supervisor.policy import Policy
+from agent_supervisor.policy.urls import gateway_url, gateway_verify
 
 __all__ = ["FLEET", "fetch_shapes", "fleet_profile"]
 
@@ -30,11 +31,10 @@ _FILLER = ("Read the module, list its functions, explain what each one returns a
 def fetch_shapes(policy: Policy, timeout_seconds: float = 5.0) -> list[dict[str, Any]]:
     """The shapes the running gateway kept. Raises ValueError naming the setting when
     the gateway is not reachable or keeps none (the operator has not opted in)."""
-    spec = policy.gateway
-    url = f"http://{spec.host}:{spec.port}/gateway/shapes"
+    url = gateway_url(policy, "/gateway/shapes")      # https with gateway.tls (issue 33)
     try:
-        data = httpx.get(url, timeout=timeout_seconds).json()
-    except (httpx.HTTPError, ValueError) as exc:
+        data = httpx.get(url, timeout=timeout_seconds, verify=gateway_verify(policy)).json()
+    except (httpx.HTTPError, OSError, ValueError) as exc:
         raise ValueError(f"the fleet profile needs the running gateway at {url}: "
                          f"{exc.__class__.__name__}") from exc
     if not data.get("enabled"):

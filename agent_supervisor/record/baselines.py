@@ -7,11 +7,11 @@ import json
 import statistics
 
 from agent_supervisor.decide.top_rung import TopRungFigures
-from agent_supervisor.policy import Mode, Policy, build_argv
+from agent_supervisor.policy.model import Mode, Policy, build_argv
 from agent_supervisor.record.store import Store
-from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
+from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines, GoodRunFigures
 
-__all__ = ["RUN_ROWS", "args_digest", "load_acceptance", "load_baselines",
+__all__ = ["RUN_ROWS", "args_digest", "last_good_run", "load_acceptance", "load_baselines",
            "load_top_rung_figures"]
 
 #: Good runs averaged for a mode's usual acceptance (the newest first).
@@ -89,3 +89,20 @@ def load_top_rung_figures(store: Store, policy: Policy) -> TopRungFigures:
         acceptance={m: {p: sum(v) / len(v) for p, v in per.items()}
                     for m, per in first.items()},
         start_seconds={m: statistics.median(v) for m, v in starts.items()})
+
+
+def last_good_run(store: Store, policy: Policy, mode: Mode) -> GoodRunFigures | None:
+    """The newest good run of ``mode`` (source ``run``, the current arguments) whose engine
+    version is known, as ``GoodRunFigures``; None when there is none (issue 29: the
+    ``engine_update`` guard compares a run on a new version with it)."""
+    digest = args_digest(policy, mode)
+    for row in store.run_baselines(per_mode=RUN_ROWS):
+        if row.mode != mode.name or row.args_digest != digest or not row.engine_version:
+            continue
+        rate = row.tokens_per_second_per_request
+        return GoodRunFigures(
+            version=row.engine_version,
+            acceptance_by_position=tuple(float(a) for a in row.acceptance_by_position or ()),
+            tokens_per_second_per_request=rate if rate > 0 else None,
+            concurrency=float(row.concurrency), measured_at=row.measured_at.isoformat())
+    return None

@@ -177,7 +177,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     except CommandError as exc:
         raise StoreError(f"cannot run the migrations in "
                          f"{cfg.get_main_option('script_location')}: {exc} (the package's "
-                         "data/migrations: reinstall agent-serving-supervisor)") from exc
+                         "data/migrations: reinstall the supervisor from its wheel or "
+                         "checkout)") from exc
 
 
 def downgrade(engine: Engine, revision: str) -> None:

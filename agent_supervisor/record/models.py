@@ -174,6 +174,10 @@ class ModeBaselineRow(Base):
     profile: Mapped[str | None] = mapped_column(String(32))
     """The workload profile (``code``, ``short_chat``, ``long_form``, ``thinking``,
     ``fleet``); None: the standard agent load the guards compare against."""
+    engine_version: Mapped[str | None] = mapped_column(String(160))
+    """The engine's version the row was measured on (vLLM ``/version``, llama-server
+    ``/props`` ``build_info``; with a container runtime, `` image <image>`` appended);
+    None: unknown (the ``engine_update`` guard compares only known versions; issue 29)."""
 
 
 class TelemetryRow(Base):

@@ -162,6 +162,7 @@ class AddBaseline(Record):
     requests: int
     source: str = "calibration"
     profile: str | None = None
+    engine_version: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,8 @@ One JSON object per line, with a ``type``:
 - ``decision``: the decision taken right after the sample before it (``Decision.to_dict``
   plus ``t_s``);
 - ``skip``: no decision after the sample before it (an action was still being carried out);
+- ``engine_update``: ``t_s`` and an ``EngineUpdate`` (``run_id``, ``mode``, ``version``,
+  ``previous``: the last good run on another engine version), known from then on;
 - ``operator``: ``t_s``, ``action`` (pin, unpin, step, pause, resume, or ``reload`` with
   ``reload_pending``) and ``rung``, applied to the ladder before the next sample.
 
@@ -38,7 +40,7 @@ from pydantic import TypeAdapter, ValidationError
 from agent_supervisor.decide.decision import Decision
 from agent_supervisor.privacy import mask_json
 from agent_supervisor.states import EngineState
-from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
+from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines, EngineUpdate
 from agent_supervisor.telemetry.sample import Sample
 
 __all__ = ["TRACE_VERSION", "TraceWriter", "read_trace"]
@@ -49,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 _SAMPLE = TypeAdapter(Sample)
 _SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(Sample))
-_TYPES = ("header", "sample", "decision", "skip", "operator")
+_TYPES = ("header", "sample", "decision", "skip", "operator", "engine_update")
 
 
 class TraceWriter:
@@ -99,6 +101,10 @@ class TraceWriter:
                  **extra: object) -> None:
         """An operator lever pulled between two ticks (or a policy ``reload``)."""
         self._write({"type": "operator", "t_s": t_s, "action": action, "rung": rung, **extra})
+
+    def engine_update(self, t_s: float, update: EngineUpdate) -> None:
+        """The run's engine version against the last good run on another one (issue 29)."""
+        self._write({"type": "engine_update", "t_s": t_s, **update.to_dict()})
 
     def close(self) -> None:
         """Close the file (later writes are dropped)."""
@@ -170,6 +176,9 @@ def _record(raw: bytes) -> dict[str, Any]:
         _check(rec, "action", str)
         _check(rec, "rung", int, optional=True, minimum=0)
         _check(rec, "explanation", str, optional=True)
+    elif kind == "engine_update":
+        _check(rec, "t_s", float, optional=True)
+        EngineUpdate.from_dict(rec)
     elif kind == "operator":
         _check(rec, "t_s", float, optional=True)
         _check(rec, "action", str)

@@ -17,7 +17,7 @@ import httpx
 from agent_supervisor.act.effects import Executor
 from agent_supervisor.act.engine_run import EngineRun
 from agent_supervisor.act.systemd import Notifier
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
 from agent_supervisor.sense.probes import engine_version

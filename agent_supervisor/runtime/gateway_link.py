@@ -15,16 +15,26 @@ poll the ladder's readiness verdict (``readiness_verdict``: a reboot required, a
 suspected) is sent when it changed, for the gateway's ``/ready`` (issue 31).
 
 A gateway that dies is started again with its saved state (rung, held, shed).
+
+The service always runs its gateway this way, as production does (issue 30: one gateway
+face, ``GatewayFace``). A policy that came from no file (built in memory: tests, an
+embedding program) is written for the process to read, as JSON of the validated model,
+to ``<state>/gateway-policy.json`` (0600, replaced whole), with ``--base-dir`` so that its
+relative paths resolve where the policy's own do; a reload writes it again and sends that
+file's digest. A gateway started from such a file is also stopped (SIGTERM) when the
+supervisor's interpreter exits, clean stop or not: no file outside the service names it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -40,42 +50,65 @@ from agent_supervisor.act.capabilities import drop_ambient_capabilities
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.decide.ladder import LadderState
 from agent_supervisor.errors import ListenError
-from agent_supervisor.gateway.process import CONTROL_SOCKET
-from agent_supervisor.gateway.server import Gateway
-from agent_supervisor.policy import Policy
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.gateway.process import CONTROL_SOCKET, gateway_argv
+from agent_supervisor.policy import Policy, PolicyHolder
+from agent_supervisor.runtime.gateway_face import GatewayFace
+from agent_supervisor.runtime.gateway_record import failover_incident
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
 from agent_supervisor.sense.gateway_load import GatewayLoad
 
-__all__ = ["POLL_SECONDS", "GatewayLink", "make_gateway", "readiness_verdict"]
+__all__ = ["POLL_SECONDS", "WRITTEN_POLICY", "GatewayLink", "make_gateway",
+           "readiness_verdict"]
 
 logger = logging.getLogger(__name__)
 
 #: How often the link reads the gateway's load and new resumptions (a Unix-socket GET,
 #: well under a millisecond of the gateway's time).
 POLL_SECONDS = 0.5
+#: How often a new gateway process is asked whether it serves (a failed connect to a Unix
+#: socket: microseconds; it serves about 0.7 s after its start on an idle 2-core box).
+SPAWN_POLL_SECONDS = 0.02
 #: A new gateway process must answer within this long (imports take ~1 s; on a box
 #: whose CPU the engine saturates, several).
 START_TIMEOUT_SECONDS = 60.0
 #: The supervisor's own systemd variables, never a gateway's it starts.
 _NOT_INHERITED = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID",
                             "LISTEN_FDS", "LISTEN_FDNAMES"})
+#: The policy a link writes for its gateway process when the service's came from no file.
+WRITTEN_POLICY = "gateway-policy.json"
+#: Gateway processes started from a written policy, stopped at the interpreter's exit.
+_EPHEMERAL: set[subprocess.Popen[bytes]] = set()
+
+
+def _stop_ephemeral() -> None:
+    for proc in _EPHEMERAL:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+
+
+atexit.register(_stop_ephemeral)
 
 
 class GatewayLink:
     """The gateway process of ``holder``'s policy, reached at ``<state>/gateway.sock``;
-    ``policy_path``: the file the gateway process reads (it is started with it)."""
+    ``policy_path``: the file the gateway process reads (it is started with it); None: the
+    policy came from no file, and the link writes ``<state>/gateway-policy.json`` for it
+    (module docstring). It has the service's ``GatewayFace``."""
 
-    def __init__(self, holder: PolicyHolder, policy_path: Path, registry: CollectorRegistry,
-                 recorder: Recorder | None = None, *,
+    def __init__(self, holder: PolicyHolder, policy_path: Path | None,
+                 registry: CollectorRegistry, recorder: Recorder | None = None, *,
                  verdict: Callable[[], str | None] | None = None) -> None:
         self._holder = holder
         self._verdict_of = verdict
         """The supervisor's readiness verdict now, sent at each poll when it changed."""
-        self.policy_path = policy_path
-        self.recorder = recorder
         state = holder.current.state_directory
+        self._writes_policy = policy_path is None
+        """Whether the file the gateway reads is one this link writes."""
+        self.policy_path = state / WRITTEN_POLICY if policy_path is None else policy_path
+        self._base_dir = holder.current.base_dir if policy_path is None else None
+        self.recorder = recorder
         self.socket_path = state / CONTROL_SOCKET
         self.client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(self.socket_path)),
@@ -92,9 +125,15 @@ class GatewayLink:
         self._rung = 0
         self._verdict: object = _UNSENT
         """The verdict last sent (``_UNSENT``: none yet, or the gateway lost it)."""
+        self._advising_of: Callable[[], bool] | None = None
+        self._advise: object = _UNSENT
+        """Whether the service advises, as last sent (issue 31)."""
+        self._failover_seq = 0
         self._queue: asyncio.Queue[tuple[str, dict[str, Any], asyncio.Future[Any]]] = \
             asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        self._sender: asyncio.Task[None] | None = None
+        """The task that sends the queued commands in order (``_send_in_order``)."""
         registry.register(_Relay(self))
 
     # -- life ---------------------------------------------------------------------------
@@ -102,24 +141,28 @@ class GatewayLink:
     async def start(self) -> None:
         """Attach to the running gateway or start one. Raises ListenError when a new
         one cannot listen (it exited 2)."""
+        if self._writes_policy:
+            self._write(self._holder.current)
         state = await self._state()
         if state is None:
             state = await self._spawn()
         else:
             self._seq = max((r["seq"] for r in state["resumptions"]), default=0)
+            self._failover_seq = max((f["seq"] for f in state.get("failovers", [])),
+                                     default=0)
             logger.info("gateway process %s attached (owner %s, mode %s, %s)", state["pid"],
                         state["owner"], state["mode"], "held" if state["held"] else
                         "admitting")
         self.found_serving = not state["held"]
         self._take(state)
-        self._tasks = [asyncio.get_running_loop().create_task(t) for t in
-                       (self._poll(), self._send_in_order())]
+        loop = asyncio.get_running_loop()
+        self._sender = loop.create_task(self._send_in_order())
+        self._tasks = [loop.create_task(self._poll()), self._sender]
 
     async def _spawn(self) -> dict[str, Any]:
         policy = self._holder.current
         log = policy.state_directory / "gateway.log"
-        argv = [sys.executable, "-m", "agent_supervisor", "gateway", "--policy",
-                str(self.policy_path), "--owner", "supervisor"]
+        argv = gateway_argv(self.policy_path, "supervisor", self._base_dir)
         # Not the supervisor's systemd channels: a gateway that said READY=1 or MAINPID=
         # on the supervisor's NOTIFY_SOCKET would take over its unit's main pid.
         env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
@@ -127,6 +170,8 @@ class GatewayLink:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                                          start_new_session=True, cwd=os.getcwd(), env=env,
                                          preexec_fn=drop_ambient_capabilities)
+        if self._writes_policy:
+            _EPHEMERAL.add(self.proc)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -136,7 +181,7 @@ class GatewayLink:
             if state is not None:
                 logger.info("gateway process %d started (log %s)", self.proc.pid, log)
                 return state
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(SPAWN_POLL_SECONDS)
         self.proc.kill()
         raise ListenError("gateway", policy.gateway.host, policy.gateway.port,
                           f"its process did not answer in {START_TIMEOUT_SECONDS:.0f} s")
@@ -179,8 +224,31 @@ class GatewayLink:
         self._enqueue("/control/shed", {"shed": shed})
 
     def apply_policy(self, policy: Policy, rung: int) -> None:
-        """A reloaded policy: the gateway reads the file again."""
-        self._enqueue("/control/policy", {"rung": rung})
+        """A reloaded policy: the gateway reads the file again and takes it only if its
+        bytes are the ones validated here (``policy.source_sha256``, or the digest of the
+        file written for it: ``_write``); a refusal becomes a ``gateway_policy_refused``
+        incident (``_refused``)."""
+        digest = self._write(policy) if self._writes_policy else policy.source_sha256
+        self._enqueue("/control/policy", {"rung": rung, "sha256": digest})
+
+    def _write(self, policy: Policy) -> str:
+        """``policy`` as the file the gateway process reads (JSON of the validated model,
+        which the YAML loader reads as is; mode 0600: it may hold a database URL);
+        returns the sha256 (hex) of its bytes. Raises OSError when it cannot be written."""
+        raw = (json.dumps(policy.model_dump(mode="json"), indent=1) + "\n").encode()
+        self.policy_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.policy_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        os.replace(tmp, self.policy_path)
+        return hashlib.sha256(raw).hexdigest()
+
+    def follow(self, verdict: Callable[[], str | None],
+               advising: Callable[[], bool]) -> None:
+        """Send ``verdict()`` and ``advising()`` at each poll when they changed
+        (agent_supervisor/runtime/gateway_wiring.py)."""
+        self._verdict_of, self._advising_of = verdict, advising
 
     def set_verdict(self, reason: str | None) -> None:
         """The readiness verdict (``readiness_verdict``), sent when it changed."""
@@ -209,8 +277,8 @@ class GatewayLink:
 
     async def _state(self) -> dict[str, Any] | None:
         try:
-            resp = await self.client.get("/control/state", params={"since": self._seq},
-                                         timeout=5.0)
+            resp = await self.client.get("/control/state", params={
+                "since": self._seq, "failover_since": self._failover_seq}, timeout=5.0)
         except httpx.HTTPError:
             return None
         return resp.json() if resp.status_code == 200 else None
@@ -224,6 +292,12 @@ class GatewayLink:
         for entry in state["resumptions"]:
             self._seq = max(self._seq, entry["seq"])
             self._record(entry)
+        if state.get("advise") != self._advise and self._queue.empty():
+            self._advise = _UNSENT          # a gateway that lost it (restarted): send again
+        for entry in state.get("failovers", []):
+            self._failover_seq = max(self._failover_seq, entry["seq"])
+            if self.recorder is not None:
+                self.recorder.incident(failover_incident(entry, self._mode()))
 
     def _record(self, entry: dict[str, Any]) -> None:
         if self.recorder is None:
@@ -238,6 +312,31 @@ class GatewayLink:
             explanation=f"{entry['path']}: a request cut by the engine was {what}, held "
             f"{entry.get('waited_seconds', 0):.1f} s", outcome=entry["outcome"],
             findings=[entry]))
+
+    def _refused(self, body: dict[str, Any], resp: httpx.Response) -> None:
+        """The gateway kept its policy while this supervisor took the new one: an
+        incident (warning, alerted: ``show/alerts.ALERT_KINDS``) with the gateway's
+        reason and both digests, never the file's content."""
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = None
+        if not isinstance(detail, dict):     # a gateway without the digest check (422)
+            detail = {"reason": f"HTTP {resp.status_code}: {resp.text[:300]}"}
+        reason = str(detail.get("reason"))
+        evidence = {"reason": reason, "sha256_validated": body.get("sha256"),
+                    "sha256_read": detail.get("sha256_read"), "rung": body.get("rung"),
+                    "status": resp.status_code}
+        logger.error("gateway process kept its policy, the supervisor runs the new one: %s",
+                     reason)
+        if self.recorder is None:
+            return
+        self.recorder.incident(Incident(
+            kind="gateway_policy_refused", severity="warning", started_at=datetime.now(UTC),
+            action="keep_policy", mode=self._mode(), rung=body.get("rung"),
+            explanation=f"the gateway process refused the reloaded policy and keeps its "
+            f"previous one; the supervisor runs the new one: {reason}",
+            outcome="the gateway runs its previous policy", findings=[evidence]))
 
     def _mode(self) -> str:
         modes = self._holder.current.modes
@@ -258,6 +357,10 @@ class GatewayLink:
                 self._take(state)
                 if self._verdict_of is not None:
                     self.set_verdict(self._verdict_of())
+                if self._advising_of is not None and self._advising_of() != self._advise:
+                    self._advise = self._advising_of()
+                    self._enqueue("/control/supervision",
+                                  {"mode": "advise" if self._advise else "act"})
                 continue
             missed += 1
             self._load = None
@@ -273,7 +376,16 @@ class GatewayLink:
         return future
 
     async def _command(self, path: str, body: dict[str, Any]) -> Any:
-        return await self._enqueue(path, body)
+        """Send in order and wait for the answer's status; None when the sender is not
+        running (before ``start``, or cancelled: a service torn down by cancellation must
+        not wait forever for a command nobody sends)."""
+        future = self._enqueue(path, body)
+        sender = self._sender
+        if sender is None or sender.done():
+            logger.warning("gateway control %s not sent: the link is not running", path)
+            return None
+        await asyncio.wait({future, sender}, return_when=asyncio.FIRST_COMPLETED)
+        return future.result() if future.done() else None
 
     async def _flush(self) -> None:
         """Wait (briefly) until the commands queued so far are sent."""
@@ -297,6 +409,8 @@ class GatewayLink:
                     continue
                 if resp.status_code >= 400:
                     logger.error("gateway refused %s: %s", path, resp.text)
+                    if path == "/control/policy":
+                        self._refused(body, resp)
                 if not future.done():
                     future.set_result(resp.status_code)
                 break
@@ -342,18 +456,13 @@ class _Relay:
             yield from text_string_to_metric_families(self.link._metrics)
 
 
-def make_gateway(holder: PolicyHolder, registry: CollectorRegistry, recorder: Recorder,
-                 ladder: Ladder | None = None) -> Gateway | GatewayLink | None:
-    """The gateway's own process when there is a policy file for it to read (agents'
-    connections then outlive this process), else one inside this process (tests that
-    build a policy in memory); None when ``gateway.enabled`` is false. With ``ladder``,
-    its readiness probes follow ``readiness_verdict`` of the ladder's state."""
-    policy = holder.current
-    if not policy.gateway.enabled:
+def make_gateway(holder: PolicyHolder, registry: CollectorRegistry, recorder: Recorder | None,
+                 ladder: Ladder | None = None) -> GatewayFace | None:
+    """The link to the gateway's own process (agents' connections outlive this one), from
+    the policy's file or, with none, from the one the link writes; None when
+    ``gateway.enabled`` is false. With ``ladder``, its readiness probes follow
+    ``readiness_verdict`` of the ladder's state."""
+    if not holder.current.gateway.enabled:
         return None
     verdict = None if ladder is None else (lambda: readiness_verdict(ladder.state))
-    if holder.path is None:
-        gw = Gateway(policy, rung=policy.initial_rung, registry=registry)
-        gw.verdict_of = verdict
-        return gw
     return GatewayLink(holder, holder.path, registry, recorder, verdict=verdict)

@@ -10,7 +10,7 @@ from agent_supervisor.decide import ladder as ladder_fn
 from agent_supervisor.decide.decision import Decision
 from agent_supervisor.decide.ladder import LadderState
 from agent_supervisor.decide.lifecycle import learn_start_budgets
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.record.trace import TraceWriter
 
 __all__ = ["Ladder"]

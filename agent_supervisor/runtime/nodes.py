@@ -1,48 +1,46 @@
-"""Wiring an engine across boxes into the service (``engine.nodes`` set).
+"""The one engine handle of the service: the launcher, or (``engine.nodes`` set) a
+``NodesEngine`` over it, built before the parts that use it (issue 30: no part is
+swapped after construction).
 
-The sensors get a ``NodePoller`` (each worker node's samples into ``Sample.nodes``) and
-the executor a ``NodesEngine`` in place of the bare launcher, so that every kill, stop
-and start reaches every rank. A start held by a worker node becomes an incident naming
-the node. One box: nothing changes.
+With nodes, the sensors get a ``NodePoller`` (each worker node's samples into
+``Sample.nodes``) and the executor the ``NodesEngine``, so that every kill, stop and
+start reaches every rank. A start held by a worker node becomes an incident naming the
+node. One box: the launcher itself, no poller.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
-from agent_supervisor.act.effects import Executor
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.nodes import NodesEngine
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
-from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.sense.nodes import NodePoller
 
-__all__ = ["attach_nodes"]
+__all__ = ["EngineHandle", "engine_handle"]
 
 
-class ServiceParts(Protocol):
-    """What ``attach_nodes`` needs of the service (``agent_supervisor.service.Supervisor``)."""
+@dataclass(frozen=True)
+class EngineHandle:
+    """``engine``: what acts on the engine (the executor's, the shutdown's); ``nodes``:
+    the ``NodesEngine`` when the engine spans boxes (else None); ``poller``: the worker
+    nodes' sampler for the sensors (else None)."""
 
-    holder: PolicyHolder
-    sensors: Sensors
-    executor: Executor
-    launcher: EngineLauncher
-    recorder: Recorder
-    ladder: Ladder
+    engine: EngineLauncher | NodesEngine
+    nodes: NodesEngine | None
+    poller: NodePoller | None
 
 
-def attach_nodes(sup: ServiceParts) -> NodesEngine | None:
-    """Give the service's sensors and executor the worker nodes; returns the NodesEngine,
-    or None for one box."""
-    holder, sensors, executor = sup.holder, sup.sensors, sup.executor
-    launcher, recorder, ladder = sup.launcher, sup.recorder, sup.ladder
+def engine_handle(holder: PolicyHolder, launcher: EngineLauncher, recorder: Recorder,
+                  ladder: Ladder) -> EngineHandle:
+    """The launcher alone for one box; with ``engine.nodes``, a ``NodesEngine`` over it
+    whose held starts become ``preflight_failed`` incidents, and a ``NodePoller``."""
     if not holder.current.engine.nodes:
-        return None
-    sensors.nodes = NodePoller(holder)
+        return EngineHandle(launcher, None, None)
 
     def held(node: str, message: str) -> None:
         run = launcher.run
@@ -55,5 +53,4 @@ def attach_nodes(sup: ServiceParts) -> NodesEngine | None:
                                                                  "check": "rank_start"}}]))
 
     engine = NodesEngine(holder, launcher, on_held=held)
-    executor.launcher = engine
-    return engine
+    return EngineHandle(engine, engine, NodePoller(holder))

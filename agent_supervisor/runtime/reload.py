@@ -20,8 +20,7 @@ from pathlib import Path
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.decide.ladder import reloaded
 from agent_supervisor.errors import PolicyError
-from agent_supervisor.policy import Policy, load_policy_file
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import Policy, PolicyHolder, load_policy_file
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
 

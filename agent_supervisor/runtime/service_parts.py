@@ -8,10 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from agent_supervisor.gateway.server import Gateway
-from agent_supervisor.policy import Policy
-from agent_supervisor.policy_holder import PolicyHolder
-from agent_supervisor.runtime.gateway_link import GatewayLink
+from agent_supervisor.policy import Policy, PolicyHolder
+from agent_supervisor.runtime.gateway_face import GatewayFace
 from agent_supervisor.serve import AppServer
 from agent_supervisor.show.api.app import create_admin_app, load_token
 from agent_supervisor.show.api.deps import AdminBackend
@@ -26,7 +24,7 @@ Job = Callable[[], Awaitable[None]]
 class Listeners:
     """The gateway (if enabled) and the admin API (if enabled) over ``backend``."""
 
-    def __init__(self, policy: PolicyHolder, gateway: Gateway | GatewayLink | None,
+    def __init__(self, policy: PolicyHolder, gateway: GatewayFace | None,
                  backend: AdminBackend) -> None:
         self._policy = policy
         self.gateway = gateway
@@ -47,10 +45,8 @@ class Listeners:
 
     async def stop(self, *, leave_gateway: bool = False) -> None:
         """Stop what was started (``leave_gateway``: a gateway process keeps running)."""
-        if isinstance(self.gateway, GatewayLink):
+        if self.gateway is not None:
             await self.gateway.stop(leave_running=leave_gateway)
-        elif self.gateway is not None:
-            await self.gateway.stop()
         if self.admin is not None:
             await self.admin.stop()
 

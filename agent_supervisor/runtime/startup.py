@@ -25,7 +25,7 @@ from agent_supervisor import __version__
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.errors import EngineStartError, EngineStopTimeout, StoreError
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.record.records import StartService, StopService, new_key
 from agent_supervisor.record.unclean import check_previous_life, read_boot_id
 from agent_supervisor.runtime.levers import Ladder

@@ -17,11 +17,10 @@ from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.ladder import LadderState
 from agent_supervisor.decide.recommended import RECOMMENDED
-from agent_supervisor.gateway.server import Gateway
-from agent_supervisor.policy import Policy
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import Policy, PolicyHolder
+from agent_supervisor.policy.urls import gateway_url
 from agent_supervisor.record.store import Store
-from agent_supervisor.runtime.gateway_link import GatewayLink
+from agent_supervisor.runtime.gateway_face import GatewayFace
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.supervision import Supervision
 from agent_supervisor.show.api.models import DecisionOut, LadderRung, StatusOut
@@ -54,7 +53,7 @@ class StatusView:
 
     def __init__(self, policy: PolicyHolder, ladder: Ladder, launcher: EngineLauncher,
                  window: Window, store: Store, registry: CollectorRegistry,
-                 last: LastDecision, gateway: Gateway | GatewayLink | None, *,
+                 last: LastDecision, gateway: GatewayFace | None, *,
                  poke: Callable[[], None], supervision: Supervision | None = None) -> None:
         self._policy = policy
         self.ladder = ladder
@@ -148,6 +147,7 @@ class StatusView:
             uptime_seconds=round(now - self.started_s, 1),
             reboot_required=reboot_required(ladder.reboot_required, self.last.reboot),
             supervision=ACT if self.supervision is None else self.supervision.mode,
+            adopt=getattr(self.launcher, "adoption", lambda: None)(),
         )
 
     @staticmethod
@@ -162,12 +162,12 @@ class StatusView:
         gw = self.gateway
         if gw is None:
             return None
-        return {"url": f"http://{policy.gateway.host}:{policy.gateway.port}/v1",
+        return {"url": gateway_url(policy, "/v1"),          # https with gateway.tls
                 **gw.summary()}
 
     async def before_scrape(self) -> None:
         """The gateway process's counters, fresh for this /metrics scrape."""
-        if isinstance(self.gateway, GatewayLink):
+        if self.gateway is not None:
             await self.gateway.refresh()
 
 

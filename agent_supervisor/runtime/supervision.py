@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from agent_supervisor.act.advice import ACT, ADVISE, SupervisionMode
 from agent_supervisor.act.incident import Incident
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.recorder import Recorder
 
@@ -54,10 +54,12 @@ class Supervision:
         """At start-up: an advising service says so on the record."""
         if self.advising:
             logger.warning("advise mode (%s): decisions are recorded as what they would "
-                           "have done; nothing is carried out but the engine's launch",
+                           "have done; nothing is carried out but the engine's launch (or "
+                           "adoption) and the operator's levers",
                            self._why)
             self._record(f"started in advise mode ({self._why}): decisions are recorded, "
-                         "not carried out, except the engine's first launch", "advise")
+                         "not carried out, except the engine's first launch (or adoption) and "
+                         "the operator's own levers", "advise")
 
     def switch(self, mode: str, actor: str = "operator") -> bool:
         """Act or advise from now on (``mode``: ``act`` or ``advise``); recorded and a

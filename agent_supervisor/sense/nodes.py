@@ -27,9 +27,9 @@ from collections.abc import Callable
 
 import httpx
 
-from agent_supervisor.policy import Policy, agent_token
-from agent_supervisor.policy_holder import PolicyHolder
-from agent_supervisor.policy_nodes import NodeSpec
+from agent_supervisor.policy import PolicyHolder
+from agent_supervisor.policy.model import Policy, agent_token
+from agent_supervisor.policy.nodes import NodeSpec
 from agent_supervisor.sense.node_answer import MAX_ANSWER_BYTES, NodeAnswerError, parse_node_answer
 from agent_supervisor.telemetry.node_sample import NodeSample
 

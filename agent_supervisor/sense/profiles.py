@@ -1,7 +1,7 @@
 """Engine profiles: what differs between the engines the supervisor can run.
 
 A profile is picked by the policy's ``engine.kind`` (``profile_for``) and holds, for one
-engine: its flag rules (``agent_supervisor.engine_flags``: the argument vector's tail, how
+engine: its flag rules (``agent_supervisor.policy.engine_flags``: the argument vector's tail, how
 speculation shows in the flags, the sequences cap, the API key variable, whether SIGTERM
 drains), its metric names and their aliases (mapped onto the same profile-neutral
 ``Sample`` fields), its readiness probe, the probe only its own scheduling loop answers,
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent_supervisor.engine_flags import FlagRules, flag_rules
+from agent_supervisor.policy.engine_flags import FlagRules, flag_rules
 from agent_supervisor.sense.names import (
     HEALTH_PATH,
     METRICS,

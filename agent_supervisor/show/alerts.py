@@ -14,12 +14,15 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from agent_supervisor.act.incident import Incident, Transition
-from agent_supervisor.policy_guards import AlertSpec
+from agent_supervisor.policy.sections import AlertSpec
+
+if TYPE_CHECKING:
+    from agent_supervisor.policy import Policy, PolicyHolder
 
 __all__ = ["Alerter", "alert_payload", "recovery_payload"]
 
@@ -27,8 +30,10 @@ logger = logging.getLogger(__name__)
 
 ALERT_SEVERITIES = ("emergency", "critical")
 #: Warnings that ask for no action yet must reach a person: a known crash precursor; a kernel
-#: log the service cannot read (its Xid, NV_ERR_NO_MEMORY and OOM guards are blind, issue 34).
-ALERT_KINDS = ("spec_acceptance_anomaly", "kernel_log_unreadable")
+#: log the service cannot read (its Xid, NV_ERR_NO_MEMORY and OOM guards are blind, issue 34);
+#: a gateway process that refused a reload (it and the supervisor run different policies,
+#: issue 30).
+ALERT_KINDS = ("spec_acceptance_anomaly", "kernel_log_unreadable", "gateway_policy_refused")
 #: Actions a person hears of whatever the severity: a planned restart interrupts serving
 #: (memory creep handed back at a calm moment, a launch-lottery redraw). Advise mode's
 #: would-be ones too, and its step down (acting, the rung change alerts: no transition
@@ -119,6 +124,13 @@ class Alerter:
         if self.url:
             self._client = httpx.AsyncClient(timeout=self.spec.timeout_seconds)
             self._task = asyncio.get_running_loop().create_task(self._send_loop())
+
+    def follow(self, holder: PolicyHolder) -> None:
+        """Take the policy's ``alerts`` section at each reload (the holder's swaps; the
+        webhook URL stays: it is read once, at start)."""
+        def swapped(old: Policy, new: Policy) -> None:
+            self.spec = new.alerts
+        holder.on_swap(swapped)
 
     def notify(self, incident: Incident, transition: Transition | None) -> bool:
         """Queue an alert if this incident calls for one. Returns whether it was queued.

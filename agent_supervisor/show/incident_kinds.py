@@ -10,7 +10,7 @@ The kinds come from the guards' findings (``decide/guards/``), the crash reasons
 (``states.CrashReason``), the actions of a decision without findings
 (``decide.decision.Action``, severity ``info``) and the incidents the service writes itself
 (start-up, reloads, upkeep, the gateway's resumptions). A test
-(tests/unit/test_issue_33_incident_kinds.py) reads every literal kind and severity in the
+(tests/unit/test_incident_kinds.py) reads every literal kind and severity in the
 package's code and fails on one missing here.
 """
 
@@ -36,7 +36,7 @@ _LISTED: dict[str, tuple[str, ...]] = {
                  "startup_out_of_memory", "worker_host_froze",
                  # the service's own
                  "engine_stop_timeout", "host_reset", "record_corrupt", "unclean_stop"),
-    "warning": ("answer_past_max_tokens",
+    "warning": ("answer_past_max_tokens", "engine_update_regression",
                 "engine_hang_suspected", "gpu_hot", "gpu_throttling", "load_budget",
                 "memory_creep", "memory_floor_start_held", "memory_forecast",
                 "memory_pressure", "platform_low_power_state", "platform_slow_state",
@@ -47,12 +47,15 @@ _LISTED: dict[str, tuple[str, ...]] = {
                 "spec_prefix_cache_defeated", "spec_slower_than_plain",
                 "spec_structured_output", "telemetry_degraded",
                 # the service's own
-                "host_reset", "kernel_log_unreadable", "orphaned_engine", "policy_rejected",
-                "retention_held", "stream_resumed", "unclean_stop"),
+                "adopt_ambiguous", "adopted_engine_stopped",
+                "gateway_policy_refused", "host_reset", "kernel_log_unreadable",
+                "orphaned_engine", "policy_rejected",
+                "retention_held", "stream_resumed", "unclean_stop", "failover"),
     "info": ("agent_parser_errors", "engine_leftovers", "memory_not_back", "memory_trend",
-             "nv_err_no_memory", "sample_gap", "sigterm_ignored",
+             "nv_err_no_memory", "sample_gap", "sigterm_ignored", "top_rung",
              # the service's own
-             "engine_adopted", "policy_reloaded", "stream_resumed"),
+             "adopted_engine_restarted", "adopted_engine_taken_over", "engine_adopted",
+             "failover", "policy_reloaded", "stream_resumed", "supervision_mode"),
 }
 
 #: (kind, severity) pairs, sorted: the listed ones, every crash reason (critical, the

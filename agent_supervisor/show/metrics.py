@@ -11,7 +11,7 @@ process collector (``process_cpu_seconds_total``, ``process_resident_memory_byte
 ``process_open_fds``, ``process_start_time_seconds``...) and turns the ``_created``
 series off (prometheus_client.disable_created_metrics(): a second series per counter that
 no alert or panel reads). dashboards/alerts/ holds the alerting rules written on these
-names; tests/process/test_issue_19_alert_rules.py runs their ``promtool test rules``.
+names; tests/process/test_alert_rules_promtool.py runs their ``promtool test rules``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from agent_supervisor.policy import Policy, needs_restart, render_args
+from agent_supervisor.policy.model import Policy, needs_restart, render_args
 from agent_supervisor.privacy import mask_argv
 from agent_supervisor.record.models import EngineRunRow, IncidentRow
 from agent_supervisor.show.export import incident_dict, run_dict

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent_supervisor.telemetry.counters import counter_step
+from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 
-__all__ = ["EngineRates", "engine_rates", "since_last", "slope"]
+__all__ = ["EngineRates", "engine_rates", "rate_series", "since_last", "slope"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,36 @@ def engine_rates(window: Window, seconds: float, now_s: float) -> EngineRates:
         tokens_per_second_per_request=per_request,
         requests_finished=tpot_n,
     )
+
+
+def rate_series(samples: list[Sample], field: str, step_s: float) -> list[float | None]:
+    """Per-sample rate of the counter ``field`` (units per second) over the ``step_s``
+    seconds before each sample, in one pass (two pointers over cumulative growth; a drop
+    or a new run is a counter reset, ``counter_step``); None where unknown. ``samples``
+    oldest first. The dashboard's rate charts (show/api/telemetry.py)."""
+    growth = [0.0] * len(samples)
+    known = [False] * len(samples)
+    prev = None
+    for i, x in enumerate(samples):
+        v = getattr(x, field)
+        if v is not None:
+            known[i] = True
+            if prev is not None:
+                growth[i] = counter_step(*prev, v, x.engine_run_id)
+            prev = (v, x.engine_run_id)
+    cum: list[float] = []
+    total = 0.0
+    for g in growth:
+        total += g
+        cum.append(total)
+    out: list[float | None] = []
+    j = 0
+    for i, x in enumerate(samples):
+        while samples[j].t_s < x.t_s - step_s:
+            j += 1
+        span = x.t_s - samples[j].t_s
+        out.append((cum[i] - cum[j]) / span if known[i] and known[j] and span > 0 else None)
+    return out
 
 
 def slope(points: list[tuple[float, float]]) -> float:

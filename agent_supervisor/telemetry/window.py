@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from agent_supervisor.telemetry.counters import counter_step, position_step
 from agent_supervisor.telemetry.sample import Sample
+
+if TYPE_CHECKING:
+    from agent_supervisor.policy.holder import PolicyHolder
+    from agent_supervisor.policy.model import Policy
 
 __all__ = ["Window"]
 
@@ -25,6 +30,13 @@ class Window:
     def __init__(self, max_age_seconds: float = 600.0, max_samples: int = 4096) -> None:
         self.max_age_seconds = max_age_seconds
         self._samples: deque[Sample] = deque(maxlen=max_samples)
+
+    def follow(self, holder: PolicyHolder) -> None:
+        """Keep ``max_age_seconds`` at the policy's ``sampling.window_seconds`` across
+        reloads (the holder's swaps; issue 30: the window follows, no one pokes it)."""
+        def swapped(old: Policy, new: Policy) -> None:
+            self.max_age_seconds = new.sampling.window_seconds
+        holder.on_swap(swapped)
 
     def append(self, sample: Sample) -> None:
         """Add the newest sample and drop those older than the window."""

@@ -71,7 +71,8 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/metrics":
             self._send(200, state["metrics"].encode())
         elif self.path == "/debug/last-auth":
-            self._send(200, json.dumps({"authorization": state.get("last_auth")}).encode())
+            self._send(200, json.dumps({"authorization": state.get("last_auth"),
+                                        "x-api-key": state.get("last_api_key")}).encode())
         elif self.path == "/debug/models":        # the "model" of each JSON POST body
             self._send(200, json.dumps({"models": state.get("models", [])}).encode())
         elif self.path == "/debug/seen":
@@ -81,7 +82,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps({"version": state["version"]}).encode())
         elif self.path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [
-                {"id": "fake-model", "object": "model"}]}).encode())
+                {"id": "fake-model", "object": "model",
+                 "max_model_len": state["max_model_len"]}]}).encode())
         else:
             self._send(404, b"{}")
 
@@ -91,6 +93,7 @@ class Handler(BaseHTTPRequestHandler):
         state["completions"] += 1
         state["seen"].append(["POST", self.path])
         state["last_auth"] = self.headers.get("Authorization")
+        state["last_api_key"] = self.headers.get("x-api-key")
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
@@ -105,7 +108,8 @@ class Handler(BaseHTTPRequestHandler):
             words = _words(messages) if messages else str(body.get("prompt", "")).split()
             ids = [1000 + j if messages or not (w[:1] == "w" and w[1:].isdigit())
                    else int(w[1:]) for j, w in enumerate(words)]
-            self._send(200, json.dumps({"count": len(words), "max_model_len": 1024,
+            self._send(200, json.dumps({"count": len(words),
+                                        "max_model_len": state["max_model_len"],
                                         "tokens": ids}).encode())
             return
         if self.path == "/v1/chat/completions":
@@ -123,7 +127,7 @@ class Handler(BaseHTTPRequestHandler):
         if state["hang"]:
             time.sleep(3600)   # a hung engine: the request is taken and never answered
         body = {"object": "text_completion",
-                "choices": [{"index": 0, "text": _completion_text()}],
+                "choices": [{"index": 0, "text": _completion_text(body.get("prompt"))}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
         self._send(200, json.dumps(body).encode())
 
@@ -293,10 +297,36 @@ class Handler(BaseHTTPRequestHandler):
         print("request", self.path, flush=True)
 
 
-def _completion_text() -> str:
-    """The whole completion's text: ``--completion-text-file``'s content, read at each
-    request (a test changes the answer without changing the argv), else
-    ``--completion-text``."""
+#: vllm/compilation/backends.py's error for a corrupt compile artifact (vllm #21858).
+COMPILE_FAILED = ("RuntimeError: vLLM failed to compile the model. The most likely reason for "
+                  "this is that a previous compilation failed, leading to a corrupted "
+                  "compilation artifact. We recommend trying to remove "
+                  "~/.cache/vllm/torch_compile_cache and try again to see the real issue.")
+
+
+def _compile_cache() -> str | None:
+    """``--compile-cache``: vLLM's compile error when the cached artifact is unreadable,
+    else None (the artifact written when absent)."""
+    root = Path(os.environ.get("VLLM_CACHE_ROOT") or Path.home() / ".cache" / "vllm")
+    artifact = root / "torch_compile_cache" / "artifact.json"
+    try:
+        json.loads(artifact.read_text())
+        return None
+    except FileNotFoundError:
+        artifact.parent.mkdir(parents=True, exist_ok=True)
+        artifact.write_text(json.dumps({"graph": "compiled"}))
+        return None
+    except (OSError, ValueError):
+        return COMPILE_FAILED
+
+
+def _completion_text(prompt: object = None) -> str:
+    """The whole completion's text: ``--long-text-file``'s content for a prompt of more
+    than 500 words (output corrupted only at long context), else
+    ``--completion-text-file``'s, read at each request (a test changes the answer without
+    changing the argv), else ``--completion-text``."""
+    if state["long_text_file"] and len(str(prompt or "").split()) > 500:
+        return Path(state["long_text_file"]).read_text()
     if state["completion_text_file"]:
         return Path(state["completion_text_file"]).read_text()
     return state["completion_text"]
@@ -336,6 +366,10 @@ def main() -> None:
                    help="the EngineCore prints LINE and exits 1 at 0.5 s; the API server "
                         "logs vLLM's 'Engine core initialization failed' and exits 1 0.7 s "
                         "later, as vLLM's does (issue 29)")
+    p.add_argument("--compile-cache", action="store_true",
+                   help="read $VLLM_CACHE_ROOT/torch_compile_cache/artifact.json at start: "
+                        "unparsable -> the EngineCore fails with vLLM's 'failed to compile' "
+                        "line; absent -> written (a compile filling the cache; issue 29)")
     p.add_argument("--bad-flag", action="store_true", help="fail like a bad argument")
     p.add_argument("--fail-start", action="store_true",
                    help="fail the start the way vLLM does when its core fails to initialise")
@@ -351,6 +385,10 @@ def main() -> None:
                    help="every chat word is this one (a degenerate answer when repeated)")
     p.add_argument("--ignore-max-tokens", action="store_true",
                    help="chat streams run past max_tokens (llama.cpp #25026)")
+    p.add_argument("--long-text-file", default=None,
+                   help="answer prompts of more than 500 words with this file's content")
+    p.add_argument("--max-model-len", type=int, default=1024,
+                   help="the context /v1/models and /tokenize report, as vLLM's do")
     p.add_argument("--version", default=None, dest="version_string",
                    help="answer GET /version with this, as vLLM's show_version does")
     p.add_argument("--completion-text", default="!",
@@ -379,6 +417,8 @@ def main() -> None:
     state["ignore_max_tokens"] = args.ignore_max_tokens
     state["completion_text"] = args.completion_text
     state["version"] = args.version_string
+    state["max_model_len"] = args.max_model_len
+    state["long_text_file"] = args.long_text_file
     state["completion_text_file"] = args.completion_text_file
     state["fail_every"], state["chats"] = args.fail_every, 0
     state["die_at"] = args.die_with_500_at
@@ -389,6 +429,8 @@ def main() -> None:
         print("RuntimeError: Engine core initialization failed. See root cause above. "
               "Failed core proc(s): {}", flush=True)
         sys.exit(1)
+    if args.compile_cache:
+        args.core_fails_with = _compile_cache() or args.core_fails_with
     core = None if args.no_core else spawn("VLLM::EngineCore", args.core_fails_with)
     if args.orphan:
         spawn("VLLM::Worker")

@@ -13,4 +13,4 @@ KINDS = frozenset({
     "sample_gap_memory", "sample_gap_starved", "soc_hot", "spec_acceptance_anomaly",
     "spec_acceptance_drift", "spec_degraded",
     "spec_launch_lottery", "spec_prefix_cache_defeated", "spec_slower_than_plain",
-    "spec_structured_output", "telemetry_degraded"})
+    "spec_structured_output", "telemetry_degraded", "engine_update_regression"})

@@ -14,6 +14,9 @@ A case is one YAML file under ``tests/fixtures/field/<kind>/<name>.yaml``::
     ladder: {rung: 0}       # LadderState fields at the start
     baselines: {mode: [[concurrency, tokens/s per request]]}
     acceptance: {mode: [position 0, position 1, ...]}   # usual acceptance by position
+    update: {run_id: r1, mode: m, version: "0.12.0", previous: {version: "0.10.2",
+             acceptance_by_position: [...], tokens_per_second_per_request: 60,
+             concurrency: 1, measured_at: "..."}}   # the last good run on another version
     segments:               # consecutive spans of Samples (a READY engine unless fields say)
       - to_s: 120           # end of the span, trace seconds (the first span starts at 0)
                             # (a field in both ``fields`` and ``rates`` drifts from that
@@ -80,6 +83,7 @@ from agent_supervisor.policy import Policy, load_policy
 from agent_supervisor.sense.engine_log import classify_engine_line
 from agent_supervisor.sense.reclassify import reclassify
 from agent_supervisor.states import EngineState
+from agent_supervisor.telemetry.baselines import EngineUpdate
 from agent_supervisor.telemetry.node_sample import NodeSample
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
@@ -111,6 +115,8 @@ class FieldCase:
     expect: dict[str, Any]
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     acceptance: dict[str, list[float]] = field(default_factory=dict)
+    update: EngineUpdate | None = None
+    """``update:``: the last good run of the mode on another engine version (issue 29)."""
 
     @property
     def name(self) -> str:
@@ -248,7 +254,19 @@ def load_case(path: Path) -> FieldCase:
     return FieldCase(path=path, kind=raw["kind"], control=bool(raw.get("control", False)),
                      source=raw["source"], policy=policy, ladder=ladder,
                      baselines=baselines, samples=samples, expect=dict(raw["expect"]),
-                     raw=raw, acceptance=acceptance)
+                     raw=raw, acceptance=acceptance, update=_update(raw.get("update"), name))
+
+
+def _update(raw: dict[str, Any] | None, name: str) -> EngineUpdate | None:
+    """A case's ``update:`` (``EngineUpdate.to_dict``'s form).
+
+    Raises: ValueError naming the file and the bad key."""
+    if raw is None:
+        return None
+    try:
+        return EngineUpdate.from_dict(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}: update: {exc}") from exc
 
 
 def all_cases(root: Path = FIELD) -> Iterator[Path]:
@@ -264,7 +282,7 @@ def play_case(case: FieldCase) -> list[tuple[float, Decision]]:
     for s in case.samples:
         window.append(s)
         d = decide(window, ladder, case.policy, s.t_s, case.baselines,
-                   acceptance=case.acceptance)
+                   acceptance=case.acceptance, update=case.update)
         out.append((s.t_s, d))
         ladder = advance(ladder, d, case.policy, s.t_s)
     return out

@@ -132,6 +132,12 @@ class Service:
             if run.pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(run.pid, signal.SIGKILL)
+        # A run spawned just before the supervisor was killed may have no row yet (seen: a
+        # test failing while the restart it caused was starting left that engine serving
+        # for two hours): any process group led by an engine on this test's own port goes.
+        for leader in _engines_on_port(self.port):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGKILL)
         # The gateway outlives a killed supervisor by design (issue 14) and ends only when
         # its state directory goes, which pytest keeps: a test's gateway ends with it.
         pid_file = Path(self.db.removeprefix("sqlite:///")).parent / "gateway.pid"
@@ -139,6 +145,17 @@ class Service:
             gateway = psutil.Process(int(pid_file.read_text().split()[0]))
             if "gateway" in gateway.cmdline() and str(self.policy_path) in gateway.cmdline():
                 gateway.terminate()
+
+
+def _engines_on_port(port: int) -> list[int]:
+    """Pids of process-group leaders whose argv says ``--port PORT``."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        with contextlib.suppress(ValueError, IndexError, psutil.Error):
+            if argv[argv.index("--port") + 1] == str(port) and os.getpgid(proc.pid) == proc.pid:
+                found.append(proc.pid)
+    return found
 
 
 def engine_core_pid(api_pid: int) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from agent_supervisor.policy_guards import AlertSpec
+from agent_supervisor.policy.sections import AlertSpec
 from agent_supervisor.record.store import Store
 from agent_supervisor.record.writer import RecordWriter
 from agent_supervisor.runtime.recorder import Recorder

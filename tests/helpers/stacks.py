@@ -1,5 +1,5 @@
 """A hung engine for the stack-dump tests (issue 31 item 3) and advise mode's hang
-(tests/process/test_issue_31_advise.py): a real Python process group (an API-server
+(tests/process/test_advise.py): a real Python process group (an API-server
 stand-in and a forked "EngineCore" child, both blocked in ``time.sleep`` inside named
 functions) run by the real launcher, a recorder of what the executor records, and py-spy
 where the dev extra installed it."""

@@ -2,7 +2,7 @@
 dialects, the resumption, the answer watch) with one engine stream, in memory: the
 engine's response is fed piece by piece into a real ``UpstreamResponse``, a cut stream is
 "resumed" at once on a continuation that is malformed too, and the client's bytes are
-collected from its transport. Used by tests/unit/test_issue_34_fuzz_streams.py.
+collected from its transport. Used by tests/unit/test_fuzz_streams.py.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client import CollectorRegistry
 
-from agent_supervisor.gateway.connections import CLIENT_TRANSPORT
+from agent_supervisor.gateway.listener.connections import CLIENT_TRANSPORT
 from agent_supervisor.gateway.metrics import GatewayMetrics, ResumptionLog
 from agent_supervisor.gateway.paths import Api
 from agent_supervisor.gateway.quality import Quality
-from agent_supervisor.gateway.resume_apis import plan_stream
+from agent_supervisor.gateway.resume.apis import plan_stream
 from agent_supervisor.gateway.streaming import stream_response
 from agent_supervisor.gateway.upstream import UpstreamError, UpstreamResponse
-from agent_supervisor.policy_gateway import GatewaySpec
+from agent_supervisor.policy.gateway import GatewaySpec
 from tests.helpers.fuzz import STREAMS, Case, mutate, split
 
 __all__ = ["FuzzGateway", "Outcome", "api_of", "run_one"]
@@ -93,6 +93,7 @@ class FuzzGateway:
         self._epoch = 0
         self.mode_name = "fast"   # what the visibility headers and SSE comments name
         self.rung = 0
+        self.advising = False     # the supervisor acts: a cut stream is resumed (issue 31)
 
     @property
     def epoch(self) -> int:

@@ -1,6 +1,6 @@
 """The top-rung choice replayed over synthetic days (issue 32 item 2): GB10 field figures
 per workload profile, the policy's rules, and a replay that drives ``choose_top_rung``
-tick by tick; shared by the unit and the property tests of tests/*/test_issue_32_top_rung*."""
+tick by tick; shared by the unit and the property tests of tests/*/test_top_rung*."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from agent_supervisor.decide.top_rung import (
     TopRungState,
     choose_top_rung,
 )
-from agent_supervisor.policy_spec import TopRungSpec
+from agent_supervisor.policy.speculative import TopRungSpec
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
 

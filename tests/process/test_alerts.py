@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agent_supervisor.policy_guards import AlertSpec
+from agent_supervisor.policy.sections import AlertSpec
 from agent_supervisor.show.alerts import Alerter
 from tests.helpers.alerts import STEP, Receiver, incident
 from tests.helpers.ports import free_port
@@ -67,7 +67,7 @@ async def test_a_dead_webhook_never_blocks() -> None:
 
 @pytest.mark.parametrize("fmt", ["teams"])
 def test_unknown_format_is_refused(fmt: str) -> None:
-    with pytest.raises(ValueError, match="format must be generic or slack"):
+    with pytest.raises(ValueError, match="Input should be 'generic' or 'slack'"):
         AlertSpec(webhook_url="http://x", format=fmt)
 
 

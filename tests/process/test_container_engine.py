@@ -32,7 +32,7 @@ from agent_supervisor.act.container import (
     kill_members,
 )
 from agent_supervisor.demo.podman import build_busybox_image
-from agent_supervisor.policy_container import ContainerSpec, MountSpec, UlimitSpec
+from agent_supervisor.policy.container import ContainerSpec, MountSpec, UlimitSpec
 from tests.helpers.podman import BUSYBOX_IMAGE, STATE_DIR, podman_service  # noqa: F401
 
 pytestmark = pytest.mark.timeout(120)
@@ -348,7 +348,7 @@ PERMISSION_CHECK = """
 import sys
 from pathlib import Path
 from agent_supervisor.act.container import ContainerEngine, ContainerError
-from agent_supervisor.policy_container import ContainerSpec
+from agent_supervisor.policy.container import ContainerSpec
 try:
     ContainerEngine(ContainerSpec(image="x", api_socket=sys.argv[1]), fleet="f", host="h",
                     working_directory=Path("/")).ping()

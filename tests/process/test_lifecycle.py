@@ -30,7 +30,7 @@ from agent_supervisor.decide.decide import decide
 from agent_supervisor.decide.decision import Action
 from agent_supervisor.decide.ladder import LadderState
 from agent_supervisor.errors import EngineStopTimeout
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.states import CrashReason, EngineState
 from agent_supervisor.telemetry.window import Window

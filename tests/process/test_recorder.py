@@ -15,7 +15,7 @@ import pytest
 from agent_supervisor.act.incident import Incident
 from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decision import Action
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.record.records import AddRun, StartService
 from agent_supervisor.record.store import Store
 from agent_supervisor.runtime.levers import Ladder

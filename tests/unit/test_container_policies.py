@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_supervisor.policy import build_argv, load_policy_file
+from agent_supervisor.policy.load import load_policy_file
+from agent_supervisor.policy.model import build_argv
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 

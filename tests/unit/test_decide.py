@@ -9,7 +9,8 @@ from agent_supervisor.decide.decide import decide
 from agent_supervisor.decide.decision import Action, Decision
 from agent_supervisor.decide.findings import Severity
 from agent_supervisor.decide.ladder import LadderState, advance, restart_delay
-from agent_supervisor.policy import Restart, load_policy
+from agent_supervisor.policy.load import load_policy
+from agent_supervisor.policy.sections import Restart
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window

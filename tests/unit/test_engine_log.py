@@ -175,7 +175,8 @@ def test_issue_12_the_real_cpu_engines_start_failures() -> None:
 
 
 ISSUE_29_TAGS = ["model_files_corrupt", "model_files_corrupt", "checkpoint_incompatible",
-                 "driver_mismatch", "compile_cache_corrupt", "nccl_fabric"]
+                 "driver_mismatch", "compile_cache_corrupt", "nccl_fabric",
+                 "model_files_corrupt", "compile_cache_corrupt", "compile_cache_corrupt"]
 
 
 @pytest.mark.parametrize(("line", "tag"), list(zip(lines("start-failures-issue-29.txt"),

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent_supervisor.engine_flags import flag_rules
 from agent_supervisor.errors import PolicyError
-from agent_supervisor.policy import build_argv, load_policy, load_policy_file
+from agent_supervisor.policy.engine_flags import flag_rules
+from agent_supervisor.policy.load import load_policy, load_policy_file
+from agent_supervisor.policy.model import build_argv
 from agent_supervisor.sense.engine_log import classify_engine_line
 from agent_supervisor.sense.engine_metrics import parse_metrics
 from agent_supervisor.sense.profiles import profile_for
@@ -114,7 +115,7 @@ def test_decide_imports_no_engine_profile() -> None:
     for path in sorted((ROOT / "agent_supervisor" / "decide").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                assert node.module not in ("agent_supervisor.engine_flags",
+                assert node.module not in ("agent_supervisor.policy.engine_flags",
                                            "agent_supervisor.sense.profiles")
                 assert not node.module.startswith("agent_supervisor.sense"), path
 

@@ -9,7 +9,7 @@ import pytest
 
 from agent_supervisor.gateway.body import BadBody, parse_body
 from agent_supervisor.gateway.paths import Api, Route, Routes, not_normal
-from agent_supervisor.gateway.resume import StreamTap, plan_resumption
+from agent_supervisor.gateway.resume.resumption import StreamTap, plan_resumption
 
 
 def sse(obj: dict) -> bytes:

@@ -1,5 +1,5 @@
 """Anthropic messages and Responses streams cut and continued (agent_supervisor/gateway/
-resume_apis.py), on streams recorded from the real CPU engine
+resume/apis.py), on streams recorded from the real CPU engine
 (tests/fixtures/vllm/0.32.0/streams/): the client's whole stream, read by the Anthropic and
 OpenAI SDKs, equals the uninterrupted one."""
 
@@ -16,9 +16,9 @@ import httpx
 import openai
 import pytest
 
-from agent_supervisor.gateway.resume import StreamTap
-from agent_supervisor.gateway.resume_apis import plan_stream
-from agent_supervisor.gateway.sse import events
+from agent_supervisor.gateway.resume.apis import plan_stream
+from agent_supervisor.gateway.resume.resumption import StreamTap
+from agent_supervisor.gateway.resume.sse import events
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "0.32.0" / "streams"
 PROMPT = "I will read the file in main.py"

@@ -10,7 +10,7 @@ import pytest
 from agent_supervisor.decide.ladder import LadderState, apply_operator, operate, reloaded
 from agent_supervisor.errors import PolicyError
 from agent_supervisor.policy import load_policy
-from agent_supervisor.policy_guards import TimeWindow
+from agent_supervisor.policy.sections import TimeWindow
 from tests.unit.scenario import POLICY, POLICY_YAML
 
 

@@ -29,12 +29,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agent_supervisor"
 
-#: Shared vocabulary, importable from every floor; they import only one another.
-BASE = frozenset({"__init__", "errors", "states", "policy", "policy_guards", "policy_gateway",
-                  "policy_nodes", "policy_container", "policy_canary",
-                  "policy_base", "policy_holder", "policy_yaml", "policy_thresholds", "policy_spec",
-                  "policy_paths", "privacy", "serve", "serve_limits", "engine_flags",
-                  "resources"})
+#: Shared vocabulary, importable from every floor; they import only one another
+#: (``policy`` is the package agent_supervisor/policy/, every module in it).
+BASE = frozenset({"__init__", "errors", "states", "policy", "privacy", "serve", "serve_limits",
+                  "resources", "logs"})
 #: The floors, lowest first: each may import the base and the floors below it.
 FLOORS = ("telemetry", "sense", "decide", "act", "record", "show")
 #: Beside the floors: what each may import besides the base.
@@ -45,12 +43,21 @@ BESIDE = {
 }
 #: On top, lowest first: each may import everything below it.
 TOP = ("runtime", "agent", "calibrate", "chaos", "service", "commands", "cli", "__main__")
-#: decide/ is pure: no floor but telemetry, no base module but these.
-DECIDE_MAY = {"telemetry", "policy", "policy_guards", "policy_thresholds", "states"}
+#: decide/ is pure: no floor but telemetry, no base module but these, and of the policy
+#: package only the modules it needs (``policy.<module>``; never the package itself, whose
+#: ``__init__`` re-exports the loading and the holder).
+DECIDE_MAY = {"telemetry", "policy.model", "policy.sections", "states"}
+#: What decide/ never reaches, directly or through other files (telemetry's window
+#: included): loading a policy (the policy arrives as an argument), the package that
+#: re-exports the loading, the gateway's URL and its certificate.
+DECIDE_NEVER = {"agent_supervisor.policy", "agent_supervisor.policy.load",
+                "agent_supervisor.policy.yaml", "agent_supervisor.policy.paths",
+                "agent_supervisor.policy.urls"}
 
 
 def allowed(src: str) -> set[str]:
-    """The top-level parts of ``supervisor`` that part ``src`` may import."""
+    """The top-level parts of ``supervisor`` that part ``src`` may import (for decide/,
+    the policy's modules by name: ``policy.model``)."""
     if src == "decide":
         return DECIDE_MAY | {"decide"}
     if src in BASE:
@@ -69,7 +76,9 @@ def part_of(path: Path) -> str:
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, top-level part of supervisor) for every import of ``supervisor.*``."""
+    """(line, top-level part of supervisor) for every import of ``supervisor.*``; an
+    import of a module of the policy package is ``policy.<module>`` (``policy`` alone: the
+    package itself)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names: list[str] = []
@@ -83,7 +92,9 @@ def imports(path: Path) -> list[tuple[int, str]]:
             names = [a.name for a in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[0] == "agent_supervisor" and len(parts) > 1:
+            if parts[:2] == ["agent_supervisor", "policy"] and len(parts) > 2:
+                out.append((node.lineno, f"policy.{parts[2]}"))
+            elif parts[0] == "agent_supervisor" and len(parts) > 1:
                 out.append((node.lineno, parts[1]))
             elif parts[0] == "agent_supervisor":
                 out.append((node.lineno, "__init__"))
@@ -102,8 +113,29 @@ def test_every_part_has_a_place() -> None:
 def test_issue_18_imports_follow_the_floors(path: Path) -> None:
     src = part_of(path)
     bad = [f"{path.relative_to(PACKAGE)}:{line} imports supervisor.{dst}"
-           for line, dst in imports(path) if dst not in allowed(src)]
+           for line, dst in imports(path) if not permitted(src, dst)]
     assert bad == []
+
+
+def permitted(src: str, dst: str) -> bool:
+    """Whether part ``src`` may import ``dst`` (a part, or ``policy.<module>``)."""
+    if src == "decide":
+        return dst in allowed(src)
+    return dst.partition(".")[0] in allowed(src)
+
+
+def test_issue_30_decide_reaches_no_loading() -> None:
+    """Through every file it imports, decide/ reaches none of ``DECIDE_NEVER`` (the pure
+    decision gets the policy as an argument; it never loads one)."""
+    graph = file_graph(PACKAGE)
+    seen: set[str] = set()
+    todo = [m for m in graph if m.startswith("agent_supervisor.decide")]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph[node])
+    assert seen & DECIDE_NEVER == set()
 
 
 def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
@@ -115,6 +147,13 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     assert found == ["show", "sense"]
     assert "show" not in allowed("act") and "sense" not in allowed("decide")
     assert "decide" in allowed("show") and "telemetry" in allowed("sense")
+    probe.write_text("from agent_supervisor.policy import Policy\n"
+                     "from agent_supervisor.policy.load import load_policy\n"
+                     "from agent_supervisor.policy.model import Mode\n")
+    found = [dst for _, dst in imports(probe)]
+    assert found == ["policy", "policy.load", "policy.model"]
+    assert [permitted("decide", d) for d in found] == [False, False, True]
+    assert all(permitted("act", d) for d in found)
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -225,6 +264,8 @@ def test_issue_30_no_file_level_import_cycle() -> None:
     found = [describe(graph, c) for c in cycles(graph)]
     for text in found:
         print(text)
+    print(f"file graph: {len(graph)} modules, {sum(map(len, graph.values()))} arrows, "
+          f"{len(found)} cycles")
     assert found == []
 
 

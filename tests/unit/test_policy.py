@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent_supervisor.errors import PolicyError
-from agent_supervisor.policy import build_argv, load_policy, load_policy_file, needs_restart
+from agent_supervisor.policy.load import load_policy, load_policy_file
+from agent_supervisor.policy.model import build_argv, needs_restart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -217,7 +218,7 @@ def test_issue_17_non_finite_numbers_are_refused(value: str) -> None:
 def test_issue_17_every_policy_section_refuses_non_finite_numbers(section: str,
                                                                   field: str) -> None:
     # The gateway's sections were built on a base without allow_inf_nan=False and let
-    # ``inf`` through: every section now shares policy_base.POLICY_CONFIG.
+    # ``inf`` through: every section now derives from policy/base.py's PolicyModel.
     err = _refused(MINIMAL + section + "\n")
     assert err.field == field and "finite" in err.reason
 

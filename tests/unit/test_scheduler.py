@@ -10,7 +10,7 @@ import logging
 import pytest
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from agent_supervisor.policy_holder import PolicyHolder
+from agent_supervisor.policy import PolicyHolder
 from agent_supervisor.runtime.service_parts import Scheduler
 from tests.helpers.policies import fake_engine_policy
 

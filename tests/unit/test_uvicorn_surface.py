@@ -1,5 +1,5 @@
 """Issue 30 item 2: the gateway's listeners subclass uvicorn's private ``HttpToolsProtocol``
-(agent_supervisor/serve_limits.py, gateway/connections.py). This test reads those classes'
+(agent_supervisor/serve_limits.py, gateway/listener/connections.py). This test reads those classes'
 source, finds every ``self.<name>`` they read or override that they do not define
 themselves, and checks that the installed uvicorn's protocol has each, on a real
 connection (a socket pair accepted by the event loop); and that every attribute read of
@@ -21,7 +21,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from agent_supervisor import serve_limits
-from agent_supervisor.gateway import connections
+from agent_supervisor.gateway.listener import connections
 
 OURS = (serve_limits.BoundedHttpToolsProtocol, connections.GatewayProtocol)
 

@@ -10,6 +10,7 @@ from agent_supervisor.decide.guards import (
     corrupted_output,
     engine_dead,
     engine_hung,
+    engine_update,
     gpu_lost,
     load_budget,
     memory_floor,
@@ -33,6 +34,6 @@ ALL = (gpu_lost, stop_leftovers, startup, engine_dead, memory_floor, nodes, engi
        slots_stalled, admission_stall, corrupted_output, speculative, spec_drift,
        memory_forecast, memory_pressure, sample_gaps, preemption_storm, thermal,
        platform_slow, load_budget, telemetry_health, agent_errors,
-       answer_overrun)
+       answer_overrun, engine_update)
 
 __all__ = ["ALL"]

@@ -45,48 +45,11 @@ from agent_supervisor.decide.guards.speculative import crash_signatures
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.load import load_of
 from agent_supervisor.telemetry.sample import Sample
+from agent_supervisor.telemetry.stall import stall_of
 
 __all__ = ["GUARD", "check"]
 
 GUARD = "engine_hung"
-PROGRESS = ("iteration_tokens_count_total", "prompt_tokens_total", "generation_tokens_total")
-
-
-def _progress(known: list[Sample]) -> list[tuple[float | None, ...]]:
-    """The progress counters of each sample, the last answered ones carried through the
-    samples whose loop did not answer (their counters are unknown, not moving)."""
-    out: list[tuple[float | None, ...]] = []
-    for x in known:
-        now = tuple(getattr(x, f) for f in PROGRESS)
-        out.append(out[-1] if out and x.engine_loop_answered is False and None in now else now)
-    return out
-
-
-def _stall(sit: Situation, known: list[Sample]) -> tuple[float, float, Sample] | None:
-    """(stalled since, flat seconds, newest known sample), or None."""
-    last = known[-1]
-    flat_since = last.t_s
-    progress = _progress(known)
-    for x, seen in zip(reversed(known), reversed(progress), strict=True):
-        if seen != progress[-1]:
-            break
-        flat_since = x.t_s
-    # An idle spell before the stall is fine (counters are flat then too); only the last
-    # stall window must be loaded throughout.
-    loaded_since = last.t_s
-    for x in reversed(known):
-        if not load_of(x):
-            break
-        loaded_since = x.t_s
-    # Time without readings is unknown, not flat: the verdict rests on the newest known
-    # sample, and only if it is fresh.
-    smp = sit.policy.sampling
-    if sit.now_s - last.t_s > smp.probe_timeout_seconds + smp.tick_seconds:
-        return None
-    since = max(flat_since, loaded_since)
-    return since, last.t_s - since, last
-
-
 def _stall_prompt(span: list[Sample]) -> int:
     """Prompt tokens the gateway held when the stall began: the most of the first two
     known readings of the stall (the sample that began it and the first that showed it
@@ -141,16 +104,13 @@ def check(sit: Situation) -> list[Finding]:
     up = sit.now_s - s.engine_state_since_s
     if up < cfg.ready_grace_seconds + min(cfg.stall_seconds, cfg.power_hint_stall_seconds):
         return []
-    known = [x for x in sit.run_samples()
-             if (all(getattr(x, f) is not None for f in PROGRESS)
-                 or x.engine_loop_answered is False) and load_of(x) is not None]
-    if not known:
-        return []
-    got = _stall(sit, known)
+    smp = sit.policy.sampling
+    # The stall rule the canary shares (telemetry/stall.py).
+    got = stall_of(sit.run_samples(), sit.now_s, smp.probe_timeout_seconds + smp.tick_seconds)
     if got is None:
         return []
-    since, flat, last = got
-    span = [x for x in known if x.t_s >= since]
+    since, flat, last = got.since_s, got.flat_seconds, got.last
+    span = [x for x in got.known if x.t_s >= since]
     prompt = _stall_prompt(span)
     allowance = prompt / 1e6 * cfg.stall_seconds_per_million_prompt_tokens
     hint = _power_hint(sit, [x for x in span if x.t_s > since])

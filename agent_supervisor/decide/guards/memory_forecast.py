@@ -16,7 +16,15 @@ flat while the tree's ``RssAnon + VmSwap`` grows (issue 29). That sum is fitted 
 way (``_swap_creep``): growing ``swap_creep_bytes_per_hour`` or faster it is recorded
 (info, ``memory_trend``); when the headroom (MemAvailable above the creep floor plus free
 swap) runs out within ``creep_horizon_seconds`` at that rate, the same warning and planned
-restart as the creep. Pure.
+restart as the creep.
+
+A slow trend is a small slope under noise: MemAvailable flat ~2 GiB above the creep floor
+with 2 % noise per reading fits slopes that reach the floor within the horizon about one
+fit in three (a property test found it; issue 29). So a creep (and a swap creep) counts
+only when its slope is significant: at least ``CREEP_MIN_T`` standard errors from zero,
+the standard error from the fit's own residuals (``_significance``). A real leak is a line:
+its residuals are small beside its decline and the fit grows surer as the window fills.
+Pure.
 """
 
 from __future__ import annotations
@@ -25,12 +33,21 @@ import math
 
 from agent_supervisor.decide.context import Situation
 from agent_supervisor.decide.findings import Finding, Response, Severity
+from agent_supervisor.policy.model import Policy
 from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.rates import slope
+from agent_supervisor.telemetry.sample import Sample
 
-__all__ = ["GUARD", "check"]
+__all__ = ["GUARD", "check", "memory_fit"]
 
 GUARD = "memory_forecast"
+
+#: A creep's slope must lie this many of its standard errors below zero (a t statistic).
+#: Noise alone reaches 4 about once in 30,000 fits (a normal tail; the fit is taken every
+#: tick over overlapping windows, so the chance per hour is far above the per-fit one, and
+#: 3 was seen to fire in the property test), while ollama #18106's 1.7 GiB/h leak under 2 %
+#: noise at 20 GiB reads t ~ 4 after 10 minutes of 5 s samples and ~7 after 15.
+CREEP_MIN_T = 4.0
 
 
 def check(sit: Situation) -> list[Finding]:
@@ -44,15 +61,10 @@ def _forecast(sit: Situation) -> list[Finding]:
     cfg = sit.policy.guards.memory_forecast
     floor = sit.policy.guards.memory_floor.min_available_bytes
     s = sit.latest
-    if s is None or s.engine_state is not EngineState.READY or s.engine_state_since_s is None:
+    fit = memory_fit(sit.run_samples(), sit.policy, sit.now_s)
+    if s is None or fit is None:
         return []
-    start = max(s.engine_state_since_s + cfg.ignore_after_ready_seconds,
-                sit.now_s - cfg.fit_seconds)
-    pts = [(x.t_s, float(x.mem_available_bytes)) for x in sit.run_samples()
-           if x.t_s >= start and x.mem_available_bytes is not None]
-    if len(pts) < cfg.min_samples or pts[-1][0] - pts[0][0] < cfg.fit_seconds / 2:
-        return []
-    rate = slope(pts)
+    rate, pts = fit
     avail = pts[-1][1]
     if not rate < 0 or not avail > floor:    # NaN (a reading not finite) is neither
         return []                            # not falling, or already the floor guard's case
@@ -68,6 +80,26 @@ def _forecast(sit: Situation) -> list[Finding]:
                         f"(horizon {cfg.horizon_seconds:g} s)", evidence, s.engine_run_id,
                         Response.STEP_DOWN)]
     return _creep(sit)
+
+
+def memory_fit(run_samples: list[Sample], policy: Policy, now_s: float,
+               ) -> tuple[float, list[tuple[float, float]]] | None:
+    """The forecast's fit: (slope of MemAvailable in bytes/s, the (t_s, bytes) points
+    fitted), or None when it would fit none: the newest sample's engine not ready, fewer
+    than ``min_samples`` of its run's samples from ``ignore_after_ready_seconds`` after
+    ready within ``fit_seconds`` of ``now_s``, or those spanning under half of it. Pure;
+    the dashboard's caption asks this too (show/api/telemetry.py, issue 30)."""
+    cfg = policy.guards.memory_forecast
+    s = run_samples[-1] if run_samples else None
+    if s is None or s.engine_state is not EngineState.READY or s.engine_state_since_s is None:
+        return None
+    start = max(s.engine_state_since_s + cfg.ignore_after_ready_seconds,
+                now_s - cfg.fit_seconds)
+    pts = [(x.t_s, float(x.mem_available_bytes)) for x in run_samples
+           if x.t_s >= start and x.mem_available_bytes is not None]
+    if len(pts) < cfg.min_samples or pts[-1][0] - pts[0][0] < cfg.fit_seconds / 2:
+        return None
+    return slope(pts), pts
 
 
 def _creep(sit: Situation) -> list[Finding]:
@@ -86,7 +118,7 @@ def _creep(sit: Situation) -> list[Finding]:
     if len(pts) < cfg.min_samples or pts[-1][0] - pts[0][0] < cfg.creep_min_seconds:
         return []
     rate = slope(pts)
-    if not rate < 0:
+    if not rate < 0 or _significance(pts, rate) < CREEP_MIN_T:
         return []
     # The fitted level now, not the last (noisy) reading.
     mt = sum(t for t, _ in pts) / len(pts)
@@ -116,6 +148,25 @@ def _creep(sit: Situation) -> list[Finding]:
     return []
 
 
+def _significance(pts: list[tuple[float, float]], rate: float) -> float:
+    """|slope| / its standard error for the least-squares line through ``pts`` (at least
+    3 points; the error from the residuals, n - 2 degrees of freedom); inf when the points
+    lie on the line, 0 when the times do not spread or a value is not finite."""
+    n = len(pts)
+    mt = sum(t for t, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    var_t = sum((t - mt) ** 2 for t, _ in pts)
+    if n < 3 or var_t <= 0 or not math.isfinite(rate):
+        return 0.0
+    residual = sum((y - my - rate * (t - mt)) ** 2 for t, y in pts)
+    if not math.isfinite(residual):
+        return 0.0
+    se = math.sqrt(residual / (n - 2) / var_t)
+    if se <= abs(rate) * 1e-9:                  # a line, up to rounding
+        return math.inf if rate else 0.0
+    return abs(rate) / se
+
+
 def _finite(x: float | None) -> float:
     """``x``, or 0 when unknown or not finite (no headroom is claimed from it)."""
     return float(x) if x is not None and math.isfinite(x) else 0.0
@@ -143,7 +194,8 @@ def _swap_creep(sit: Situation) -> list[Finding]:
     if len(pts) < cfg.min_samples or pts[-1][0] - pts[0][0] < cfg.creep_min_seconds:
         return []
     rate = slope(pts)
-    if not (math.isfinite(rate) and rate * 3600 >= cfg.swap_creep_bytes_per_hour):
+    if not (math.isfinite(rate) and rate * 3600 >= cfg.swap_creep_bytes_per_hour) \
+            or _significance(pts, rate) < CREEP_MIN_T:
         return []
     floor = sit.policy.guards.memory_floor.min_available_bytes
     creep_floor = cfg.creep_floor_bytes if cfg.creep_floor_bytes is not None else 2 * floor

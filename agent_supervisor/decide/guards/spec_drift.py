@@ -15,11 +15,9 @@ so the ratio understates it (conservative). A change of traffic lowers acceptanc
 (long contexts: vllm #47602, position 1 93.5% -> 72.1%), mostly at the deeper positions:
 position 0 under ``drift_ratio`` x its history is the threshold.
 
-A warning on record (no ladder walk: no rung fixes it, and the record names it). The
-comparison against the last good run of the same engine version or image digest is not
-made: the Sample carries no engine version or image digest (the mode's usual acceptance,
-``Situation.acceptance``, judges the launch instead: ``speculative``'s launch lottery).
-Pure.
+A warning on record (no ladder walk: no rung fixes it, and the record names it). A run on
+a new engine version against the last good run of the previous one is the
+``engine_update`` guard's (``engine_update_regression``). Pure.
 """
 
 from __future__ import annotations

@@ -62,6 +62,10 @@ class StatusOut(BaseModel):
     supervision: str = "act"
     """``act``: decisions are carried out; ``advise``: only recorded as what they would
     have done (issue 31; the ``act`` and ``advise`` levers switch it)."""
+    adopt: dict[str, Any] | None = None
+    """With ``engine.adopt`` (an engine the supervisor did not start): the selector,
+    ``state`` (``waiting for the engine to adopt``, ``adopted``, ``taken over``), why it
+    waits, the adopted pid, the log it reads; None: the supervisor launches its own."""
 
 
 class IncidentOut(BaseModel):

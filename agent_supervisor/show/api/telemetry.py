@@ -10,12 +10,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
+from agent_supervisor.decide.guards.memory_forecast import memory_fit
 from agent_supervisor.policy import Policy
 from agent_supervisor.record.telemetry import telemetry
 from agent_supervisor.show.api.deps import ReadAccess, SupervisorDep
-from agent_supervisor.states import EngineState
-from agent_supervisor.telemetry.counters import counter_step
-from agent_supervisor.telemetry.rates import slope
+from agent_supervisor.telemetry.rates import rate_series
 from agent_supervisor.telemetry.sample import Sample
 
 router = APIRouter(prefix="/api", tags=["telemetry"], dependencies=[ReadAccess])
@@ -44,43 +43,15 @@ async def get_telemetry(sup: SupervisorDep, seconds: float = Query(900, gt=0, le
     return await asyncio.to_thread(_live, samples, sup.policy, time.monotonic(), seconds)
 
 
-def _rate_series(samples: list[Sample], field: str, step_s: float) -> list[float | None]:
-    """Per-sample rate of the counter ``field`` over the ``step_s`` before it, in one pass
-    (two pointers over cumulative growth; a drop or a new run is a counter reset)."""
-    growth = [0.0] * len(samples)
-    known = [False] * len(samples)
-    prev = None
-    for i, x in enumerate(samples):
-        v = getattr(x, field)
-        if v is not None:
-            known[i] = True
-            if prev is not None:
-                growth[i] = counter_step(*prev, v, x.engine_run_id)
-            prev = (v, x.engine_run_id)
-    cum = []
-    total = 0.0
-    for g in growth:
-        total += g
-        cum.append(total)
-    out: list[float | None] = []
-    j = 0
-    for i, x in enumerate(samples):
-        while samples[j].t_s < x.t_s - step_s:
-            j += 1
-        span = x.t_s - samples[j].t_s
-        out.append((cum[i] - cum[j]) / span if known[i] and known[j] and span > 0 else None)
-    return out
-
-
 def _live(samples: list[Sample], policy: Policy, now: float, seconds: float) -> dict[str, Any]:
     samples = [s for s in samples if s.t_s >= now - seconds and s.wall_s is not None]
     out: dict[str, Any] = {"source": "live", "t": [s.wall_s for s in samples]}
     for f in LIVE_FIELDS:
         out[f] = [getattr(s, f) for s in samples]
-    out["generation_tokens_per_second"] = _rate_series(samples, "generation_tokens_total",
+    out["generation_tokens_per_second"] = rate_series(samples, "generation_tokens_total",
                                                        RATE_STEP_SECONDS)
-    drafts = _rate_series(samples, "spec_decode_num_draft_tokens_total", RATE_STEP_SECONDS)
-    accepted = _rate_series(samples, "spec_decode_num_accepted_tokens_total",
+    drafts = rate_series(samples, "spec_decode_num_draft_tokens_total", RATE_STEP_SECONDS)
+    accepted = rate_series(samples, "spec_decode_num_accepted_tokens_total",
                             RATE_STEP_SECONDS)
     out["spec_acceptance_ratio"] = [a / d if a is not None and d else None
                                     for a, d in zip(accepted, drafts, strict=True)]
@@ -91,23 +62,20 @@ def _live(samples: list[Sample], policy: Policy, now: float, seconds: float) -> 
 
 
 def _forecast(samples: list[Sample], policy: Policy, now: float) -> dict[str, Any] | None:
-    """The memory trend only when the forecast guard would fit one (issue 19): a ready
-    engine, its own run's samples from ``ignore_after_ready_seconds`` after ready, at
-    least ``min_samples`` over half of ``fit_seconds``. None otherwise (no caption)."""
-    cfg = policy.guards.memory_forecast
-    floor = policy.guards.memory_floor.min_available_bytes
+    """The memory trend only when the forecast guard fits one (issue 19), with the
+    guard's own fit (``memory_fit``, issue 30): slope, time to the floor and where the
+    line starts; None otherwise (no caption)."""
     last = samples[-1] if samples else None
-    if last is None or last.engine_state is not EngineState.READY \
-            or last.engine_state_since_s is None:
+    if last is None:
         return None
-    start = max(now - cfg.fit_seconds, last.engine_state_since_s + cfg.ignore_after_ready_seconds)
-    pts = [(s.t_s, float(s.mem_available_bytes), s.wall_s) for s in samples
-           if s.t_s >= start and s.engine_run_id == last.engine_run_id
-           and s.mem_available_bytes is not None]
-    forecast = None
-    if len(pts) >= cfg.min_samples and pts[-1][0] - pts[0][0] >= cfg.fit_seconds / 2:
-        rate = slope([(t, v) for t, v, _ in pts])
-        eta = (pts[-1][1] - floor) / -rate if rate < 0 and pts[-1][1] > floor else None
-        forecast = {"slope_bytes_per_second": rate, "seconds_to_floor": eta,
-                    "from_t": pts[-1][2], "from_bytes": pts[-1][1]}
-    return forecast
+    run = [s for s in samples if s.engine_run_id == last.engine_run_id]
+    fit = memory_fit(run, policy, now)
+    if fit is None:
+        return None
+    rate, pts = fit
+    floor = policy.guards.memory_floor.min_available_bytes
+    avail = pts[-1][1]
+    eta = (avail - floor) / -rate if rate < 0 and avail > floor else None
+    wall = {s.t_s: s.wall_s for s in run}
+    return {"slope_bytes_per_second": rate, "seconds_to_floor": eta,
+            "from_t": wall[pts[-1][0]], "from_bytes": avail}

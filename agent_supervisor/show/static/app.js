@@ -104,7 +104,8 @@ function renderStatus(st) {
   engine.textContent = `engine ${st.engine_state} for ${duration(st.engine_seconds_in_state)}`
     + (usual && usual.usual_seconds !== null
       ? `, usually ready in ~${duration(usual.usual_seconds)}` : "")
-    + (st.engine_container ? ` in container ${st.engine_container}` : "");
+    + (st.engine_container ? ` in container ${st.engine_container}` : "")
+    + adoptText(st.adopt);                                 // issue 31: engine.adopt
   engine.className = `badge state-${st.engine_state}`;
   engine.title = `run ${st.engine_run_id ?? "none"}, pid ${st.engine_pid ?? "none"}`
     + (st.engine_container ? `, container ${st.engine_container}` : "")
@@ -147,6 +148,14 @@ function renderStatus(st) {
         `${f.severity}: ${f.summary ?? f.kind}` +
         (f.recommended_action && f.recommended_action !== "NONE"
           ? ` (recommended action ${f.recommended_action})` : "")))));
+}
+
+// Issue 31: an engine the supervisor did not start (engine.adopt): adopted by which
+// selector, or why it is still waiting for it.
+function adoptText(adopt) {
+  if (!adopt) return "";
+  if (adopt.waiting) return ` · waiting for the engine to adopt (${adopt.selector}): ${adopt.waiting}`;
+  return ` · ${adopt.state} (${adopt.selector})` + (adopt.log ? "" : ", no engine log");
 }
 
 // Issue 33: a green "hold" sat beside "holding requests". A hold while the gateway holds

@@ -2,7 +2,7 @@
 // restart, advise only and act, each through POST api/actions/{action} with the bearer token. The token is asked
 // once and kept for this tab only (sessionStorage, shared with app.js's reads); every
 // button first says what will happen and asks to confirm. Tested by
-// tests/browser/test_issue_19_levers.py against a running service.
+// tests/browser/test_levers.py against a running service.
 "use strict";
 
 const levers = window.levers = { last: null };
