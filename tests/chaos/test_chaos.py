@@ -35,7 +35,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     r.close()
 
 
-@pytest.mark.parametrize("index", range(4), ids=["core", "worker-exit0", "group", "orphans"])
+#: The EngineCore row runs in make test; the Worker, group and orphan rows (35 s each: an
+#: engine start) in make test-long, their detection checked in make test on the stand-in
+#: engine (tests/process/test_launcher.py, tests/process/test_lifecycle.py) (2026-12-07).
+CRASH_ROWS = [pytest.param(0, id="core"),
+              *(pytest.param(i, id=name, marks=pytest.mark.long)
+                for i, name in ((1, "worker-exit0"), (2, "group"), (3, "orphans")))]
+
+
+@pytest.mark.parametrize("index", CRASH_ROWS)
 def test_crashes_restart_within_a_second(rig: Rig, index: int) -> None:
     res = record(scenarios.SEQUENCE[index](rig))
     assert res.extra["old_group_gone"], "a process of the dead engine survived"
@@ -59,6 +67,10 @@ def test_hang_is_found_after_the_stall_window(rig: Rig) -> None:
     assert res.requests_failed == 0, res
 
 
+# Long (78 s: a start one rung down): make test runs the same row, the same KILL_NOW
+# decision and a start one rung down, with the engine in a container
+# (tests/chaos/test_chaos_container.py).
+@pytest.mark.long
 def test_memory_floor_kills_the_engine_group_within_a_second(rig: Rig) -> None:
     res = record(scenarios.memory_floor(rig))
     assert (res.incident, res.action) == ("memory_floor", "kill_now")
@@ -67,6 +79,9 @@ def test_memory_floor_kills_the_engine_group_within_a_second(rig: Rig) -> None:
     assert res.requests_failed == 0, res
 
 
+# Long (40 s: a start of the next rung): make test drains and records a planned restart
+# against the stand-in engine (tests/process/test_planned_restart.py).
+@pytest.mark.long
 def test_planned_switch_fails_no_request(rig: Rig) -> None:
     res = record(scenarios.planned_switch(rig))
     assert res.requests_total > 0 and res.requests_failed == 0

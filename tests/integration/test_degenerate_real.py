@@ -10,11 +10,17 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.helpers.paths import ROOT
 from tests.helpers.real_engine import demo_policy
 from tests.helpers.scrape import metric
+
+# Long (make test-long, 74 s in make test on 2026-12-07); stand-in in make test: the same
+# degenerate stream and the client who asked for it (tests/process/test_gateway_quality.py).
+pytestmark = pytest.mark.long
+
 
 MODES = [{"name": "plain", "args": {"--max-num-seqs": 4, "--max-model-len": 1024}}]
 COUNTER = "supervisor_gateway_degenerate_streams_total"

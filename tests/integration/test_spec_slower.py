@@ -14,9 +14,17 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from agent_supervisor.load.agents import AgentLoad
 from tests.helpers.paths import ROOT
 from tests.helpers.real_engine import demo_policy
+
+# Long (make test-long, 140 s in make test on 2026-12-07): the decision is checked in make test
+# on recorded figures (tests/unit/test_guards.py, the test named
+# test_speculation_slower_than_plain_waits_for_calm_then_steps_to_nospec).
+pytestmark = pytest.mark.long
+
 
 
 def test_mtp_slower_than_plain_steps_down_to_nospec(tmp_path: Path, service_factory) -> None:

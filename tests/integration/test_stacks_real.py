@@ -22,6 +22,11 @@ import pytest
 
 from agent_supervisor.chaos.harness import ROOT, Rig
 
+# Long (make test-long, 89 s in make test on 2026-12-07); stand-in in make test: stacks of
+# a hung process read before the kill (tests/process/test_stacks.py).
+pytestmark = pytest.mark.long
+
+
 HANG_HELPER = ROOT / "tests" / "helpers" / "hang_on_signal"
 BUDGET_SECONDS = 5.0
 
