@@ -158,9 +158,9 @@ def start_service(tmp_path: Path, service_factory):
 
 
 # Up to six engine starts (three kills, two retried cuts, the agent's kill), 35-70 s each
-# here, and two 1,900-token streams: 292 s with five kills in make test (2026-12-07), more on
-# a loaded CI box. Steps 3 and 4 (text completions and Responses resumed) are the long test
-# below (make test-long: two more kills, about 90 s).
+# here, and two 1,900-token streams: 154 s alone (2026-12-07; 292 s with steps 3 and 4),
+# more on a loaded CI box. Steps 3 and 4 (text completions and Responses resumed) are the
+# long test below (make test-long: two more kills, 105 s).
 @pytest.mark.timeout(1200)
 def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
                                                               service_factory) -> None:
@@ -245,9 +245,7 @@ def test_issue_14_sdks_and_resumed_streams_on_the_real_engine(tmp_path: Path,
     assert svc.stop() == 0
 
 
-
-
-# Two kills, about 90 s beyond a start (make test-long).
+# Two kills: 105 s here (2026-12-07, make test-long).
 @pytest.mark.long
 @pytest.mark.timeout(1200)
 def test_issue_14_completions_and_responses_streams_resumed_on_the_real_engine(
