@@ -5,22 +5,16 @@ once, and record a fresh golden answer, quietly, when the engine's version chang
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 
-from agent_supervisor.act.launcher import EngineLauncher
 from agent_supervisor.decide.decide import decide
 from agent_supervisor.decide.decision import Action
 from agent_supervisor.decide.ladder import LadderState
-from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.sense.golden import STORE_NAME
-from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.sample import Sample
 from agent_supervisor.telemetry.window import Window
-from tests.helpers.policies import fake_engine_policy
-from tests.helpers.waiting import wait_for
+from tests.helpers.sensors import sample_until
 
 QUICK = {"probe_timeout_seconds": 1.0,
          "golden_canary": {"interval_seconds": 0.5, "timeout_seconds": 2.0}}
@@ -28,26 +22,7 @@ QUICK = {"probe_timeout_seconds": 1.0,
 
 async def run_ticks(tmp_path: Path, fake_args: list[str], seconds: float,
                     until=None) -> tuple[list[Sample], object]:
-    policy = fake_engine_policy(tmp_path, fake_args=fake_args, sampling=QUICK)
-    launcher = EngineLauncher(policy)
-    sensors = Sensors(policy, kernel=None)
-    await sensors.start()
-    window = Window()
-    await launcher.start(rung=0)
-    try:
-        await wait_for(lambda: launcher.state is EngineState.READY)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            window.append(await sensors.sample(now_s=time.monotonic(),
-                                               status=launcher.status(), window=window))
-            if until is not None and until(window.latest):
-                break
-            await asyncio.sleep(0.1)
-    finally:
-        await sensors.close()
-        await launcher.stop()
-        await launcher.close()
-    return list(window), policy
+    return await sample_until(tmp_path, fake_args, seconds, QUICK, until)
 
 
 async def test_recorded_matched_then_a_corrupted_answer_and_an_update(tmp_path: Path) -> None:

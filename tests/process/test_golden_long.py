@@ -8,20 +8,14 @@ context the long one is skipped and the note says so."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 
-from agent_supervisor.act.launcher import EngineLauncher
-from agent_supervisor.sense.collect import Sensors
 from agent_supervisor.sense.golden import STORE_NAME
 from agent_supervisor.sense.golden_long import build_long_prompt, mode_context
-from agent_supervisor.states import EngineState
 from agent_supervisor.telemetry.sample import Sample
-from agent_supervisor.telemetry.window import Window
 from tests.helpers.policies import fake_engine_policy
-from tests.helpers.waiting import wait_for
+from tests.helpers.sensors import sample_until
 
 QUICK = {"probe_timeout_seconds": 1.0,
          "golden_canary": {"interval_seconds": 0.5, "timeout_seconds": 5.0}}
@@ -29,26 +23,8 @@ QUICK = {"probe_timeout_seconds": 1.0,
 
 async def ticks(tmp_path: Path, fake_args: list[str], seconds: float, until) -> list[Sample]:
     """Sample the stand-in engine until ``until(sample)`` or ``seconds``."""
-    policy = fake_engine_policy(tmp_path, fake_args=fake_args, sampling=QUICK)
-    launcher = EngineLauncher(policy)
-    sensors = Sensors(policy, kernel=None)
-    await sensors.start()
-    window = Window()
-    await launcher.start(rung=0)
-    try:
-        await wait_for(lambda: launcher.state is EngineState.READY)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            window.append(await sensors.sample(now_s=time.monotonic(),
-                                               status=launcher.status(), window=window))
-            if until(window.latest):
-                break
-            await asyncio.sleep(0.1)
-    finally:
-        await sensors.close()
-        await launcher.stop()
-        await launcher.close()
-    return list(window)
+    samples, _ = await sample_until(tmp_path, fake_args, seconds, QUICK, until)
+    return samples
 
 
 async def test_issue_29_long_canary_catches_output_wrong_only_at_long_context(
